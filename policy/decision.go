@@ -1,0 +1,26 @@
+package policy
+
+// Entrypoint is the one rule every decision is read from.
+const Entrypoint = "data.mcp.warden.decision"
+
+// EntrypointPath is Entrypoint in the slash form OPA's decision-log events
+// use for "path".
+const EntrypointPath = "mcp/warden/decision"
+
+// Decision is the policy's answer for one Input.
+//
+// The policy returns an object; "allow" (boolean) is required, "reason"
+// (string) and "hidden" (boolean) are optional, and any other fields are
+// kept in Extra for later use and for the log.
+type Decision struct {
+	// Allow is true only when the policy explicitly allowed the request.
+	Allow bool `json:"allow"`
+	// Reason explains the decision; it is shown to the client for a denied
+	// tools/call, so it must not reveal what the client may not see.
+	Reason string `json:"reason,omitempty"`
+	// Hidden marks a denied tools/call of a tool the principal may not even
+	// see: the gateway then answers exactly as for an unknown tool.
+	Hidden bool `json:"hidden,omitempty"`
+	// Extra holds any further fields of the policy's result.
+	Extra map[string]any `json:"-"`
+}
