@@ -24,3 +24,21 @@ type Decision struct {
 	// Extra holds any further fields of the policy's result.
 	Extra map[string]any `json:"-"`
 }
+
+// Result is the decision as the policy's result object: allow, reason and
+// hidden (when set) with the extra fields. It is what the decision log
+// records and what `mcp-warden policy eval` prints.
+func (d Decision) Result() map[string]any {
+	m := make(map[string]any, 3+len(d.Extra))
+	for k, v := range d.Extra {
+		m[k] = v
+	}
+	m["allow"] = d.Allow
+	if d.Reason != "" {
+		m["reason"] = d.Reason
+	}
+	if d.Hidden {
+		m["hidden"] = true
+	}
+	return m
+}

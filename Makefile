@@ -1,0 +1,39 @@
+# mcp-warden — the two commands that matter:
+#   make run    the gateway on the embedded demo (demo server + demo policy) at http://127.0.0.1:8080/mcp
+#   make test   vet + all tests with the race detector, end-to-end tests included
+GO      ?= go
+BIN     := bin/mcp-warden
+# Tests run with -race; a slow 2-core CI machine needs a generous timeout.
+TESTFLAGS ?= -race -timeout 20m
+
+.PHONY: all build run test vet deps e2e policy-test clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/mcp-warden
+
+run: build
+	./$(BIN) serve --demo
+
+# Node 22 and the npm MCP servers used by end-to-end tests, into .cache/ (git-ignored).
+deps:
+	.ci/install-deps
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" >&2; exit 1)
+
+test: deps vet
+	$(GO) test $(TESTFLAGS) ./...
+
+# Only the end-to-end tests (real servers, real clients, the built binary).
+e2e: deps
+	$(GO) test $(TESTFLAGS) -run 'E2E' ./...
+
+# The shipped Rego library under mcp-warden's own runner.
+policy-test: build
+	./$(BIN) policy test -v rego/library rego/demo
+
+clean:
+	rm -rf bin

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcp-warden/mcp-warden/gateway"
+	"github.com/mcp-warden/mcp-warden/rego"
+)
+
+type serveFlags struct {
+	config      string
+	agent       string
+	demo        bool
+	stdio       bool
+	listen      string
+	principal   string
+	decisionLog string
+}
+
+func serveCommand() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the gateway",
+		Long: `Run the gateway on a configuration file (YAML, or a Claude-Desktop style
+mcpServers JSON), on the AGENT_<Name>_MCP_<N>_* environment variables (--agent),
+or on the embedded demo (--demo). Without --stdio or --listen the listeners of
+the configuration are used, and stdio when it names none.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.config, "config", "c", "", "configuration file (.yaml, .yml or .json)")
+	fl.StringVar(&f.agent, "agent", "", "load servers from AGENT_<agent>_MCP_<N>_* environment variables")
+	fl.BoolVar(&f.demo, "demo", false, "serve the embedded demo server with the demo policy")
+	fl.BoolVar(&f.stdio, "stdio", false, "serve one client on standard input and output")
+	fl.StringVar(&f.listen, "listen", "", "serve streamable HTTP at http://<address>/mcp (e.g. 127.0.0.1:8080)")
+	fl.StringVar(&f.principal, "principal", "", "principal id of clients that present no credentials")
+	fl.StringVar(&f.decisionLog, "decision-log", "", "append decision events to this file (default: from config, else stderr)")
+	cmd.MarkFlagsMutuallyExclusive("config", "agent", "demo")
+	return cmd
+}
+
+func runServe(ctx context.Context, f serveFlags) error {
+	cfg, opts, err := serveConfig(f)
+	if err != nil {
+		return err
+	}
+	if f.stdio || f.listen != "" {
+		cfg.Listeners = nil
+		if f.stdio {
+			cfg.Listeners = append(cfg.Listeners, gateway.ListenerConfig{Stdio: true})
+		}
+		if f.listen != "" {
+			cfg.Listeners = append(cfg.Listeners, gateway.ListenerConfig{HTTP: f.listen})
+		}
+	}
+	if len(cfg.Listeners) == 0 {
+		cfg.Listeners = []gateway.ListenerConfig{{Stdio: true}}
+	}
+	if f.principal != "" {
+		cfg.Principal.ID = f.principal
+	}
+	if f.decisionLog != "" {
+		cfg.DecisionLog.Path = f.decisionLog
+	}
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil)) // stdout may be the MCP channel
+	for _, w := range cfg.Warnings() {
+		logger.Warn(w)
+	}
+	g, err := gateway.New(cfg, append(opts, gateway.WithLogger(logger))...)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := g.Start(ctx); err != nil {
+		return err
+	}
+	if f.demo {
+		fmt.Fprint(os.Stderr, demoUsage)
+	}
+	return g.Run(ctx)
+}
+
+// serveConfig picks the configuration source named by the flags.
+func serveConfig(f serveFlags) (*gateway.Config, []gateway.Option, error) {
+	switch {
+	case f.demo:
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, nil, fmt.Errorf("demo: locate own binary: %w", err)
+		}
+		return demoConfig(exe), []gateway.Option{gateway.WithPolicy(rego.Demo())}, nil
+	case f.agent != "":
+		cfg, err := gateway.ConfigFromAgentEnv(f.agent, os.Environ())
+		return cfg, nil, err
+	case f.config != "":
+		cfg, err := gateway.LoadConfig(f.config)
+		return cfg, nil, err
+	}
+	return nil, nil, errors.New("serve: say what to serve: --config FILE, --agent NAME or --demo")
+}
+
+// demoConfig is the embedded default: the demo server (this binary's
+// demo-server command) with reset_notes hidden by its block list.
+func demoConfig(exe string) *gateway.Config {
+	return &gateway.Config{
+		Servers: []gateway.ServerConfig{{
+			Name:    "demo",
+			Command: exe,
+			Args:    []string{"demo-server"},
+			Tools:   gateway.ToolFilter{Allow: []string{"*"}, Block: []string{"reset_notes"}},
+		}},
+		Naming:      gateway.NamingPrefix,
+		DecisionLog: gateway.DecisionLogConfig{Path: "decisions.log"},
+		Listeners:   []gateway.ListenerConfig{{HTTP: "127.0.0.1:8080"}},
+		Principal:   gateway.PrincipalConfig{ID: "demo-user"},
+	}
+}
+
+const demoUsage = `
+mcp-warden demo: the demo server behind the demo policy, decisions in ./decisions.log
+  MCP endpoint:  http://127.0.0.1:8080/mcp   (streamable HTTP)
+  try it:        npx @modelcontextprotocol/inspector --cli http://127.0.0.1:8080/mcp --transport http --method tools/list
+  tools:         demo__echo, demo__add, demo__read_note (try name=private/diary: denied by policy);
+                 demo__reset_notes is hidden by policy
+  stop:          Ctrl-C
+`

@@ -1,0 +1,127 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Decider makes every decision of a gateway: it evaluates the Engine on an
+// Input, turns the result into a Decision (denying on any error), and writes
+// the decision to the DecisionLog before returning it. It is safe for
+// concurrent use.
+type Decider struct {
+	engine Engine
+	log    *DecisionLog
+}
+
+// NewDecider returns a Decider that evaluates with engine and logs to log.
+func NewDecider(engine Engine, log *DecisionLog) *Decider {
+	return &Decider{engine: engine, log: log}
+}
+
+// Revision identifies the policy and data decisions are made with.
+func (d *Decider) Revision() string { return d.engine.Revision() }
+
+// Decide decides one request and logs it. It never fails: an evaluation
+// error, an undefined or malformed result, or a log that cannot be written
+// yields a denial whose Reason says why (a tools/call denied for an error is
+// also Hidden, so errors never reveal which tools exist).
+func (d *Decider) Decide(ctx context.Context, in Input) Decision {
+	start := time.Now()
+	dec, evalErr := d.evaluate(ctx, in)
+	ev := d.log.newEvent(in, dec, evalErr, time.Since(start))
+	if err := d.log.write(ev); err != nil {
+		return denyForError(in.Action, fmt.Errorf("decision log: %w", err))
+	}
+	return dec
+}
+
+// DecideExposure decides, for a tools/list, whether each of inputs (one per
+// tool, all with ActionToolsList) is exposed. It writes one log event that
+// carries every tool's decision and reason, and returns the decisions in the
+// order of inputs. If the log cannot be written nothing is exposed.
+func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision {
+	start := time.Now()
+	decisions := make([]Decision, len(inputs))
+	errs := make([]error, len(inputs))
+	for i, in := range inputs {
+		decisions[i], errs[i] = d.evaluate(ctx, in)
+	}
+	ev := d.log.newListEvent(inputs, decisions, errs, time.Since(start))
+	if err := d.log.write(ev); err != nil {
+		for i := range decisions {
+			decisions[i] = denyForError(ActionToolsList, fmt.Errorf("decision log: %w", err))
+		}
+	}
+	return decisions
+}
+
+// evaluate runs the engine and converts its result. The error is returned
+// only for the log; the Decision already reflects it.
+func (d *Decider) evaluate(ctx context.Context, in Input) (Decision, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		err = fmt.Errorf("encode input: %w", err)
+		return denyForError(in.Action, err), err
+	}
+	v, err := d.engine.Evaluate(ctx, b)
+	if err != nil {
+		err = fmt.Errorf("evaluate %s: %w", Entrypoint, err)
+		return denyForError(in.Action, err), err
+	}
+	dec, err := decisionFromResult(v)
+	if err != nil {
+		return denyForError(in.Action, err), err
+	}
+	return dec, nil
+}
+
+// decisionFromResult reads a Decision out of the entry point's value.
+func decisionFromResult(v any) (Decision, error) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return Decision{}, fmt.Errorf("%s is %T, want an object with a boolean \"allow\"", Entrypoint, v)
+	}
+	allow, ok := obj["allow"].(bool)
+	if !ok {
+		return Decision{}, fmt.Errorf("%s.allow is %T, want a boolean", Entrypoint, obj["allow"])
+	}
+	dec := Decision{Allow: allow}
+	if r, present := obj["reason"]; present {
+		s, ok := r.(string)
+		if !ok {
+			return Decision{}, fmt.Errorf("%s.reason is %T, want a string", Entrypoint, r)
+		}
+		dec.Reason = s
+	}
+	if h, present := obj["hidden"]; present {
+		b, ok := h.(bool)
+		if !ok {
+			return Decision{}, fmt.Errorf("%s.hidden is %T, want a boolean", Entrypoint, h)
+		}
+		dec.Hidden = b
+	}
+	for k, x := range obj {
+		switch k {
+		case "allow", "reason", "hidden":
+		default:
+			if dec.Extra == nil {
+				dec.Extra = map[string]any{}
+			}
+			dec.Extra[k] = x
+		}
+	}
+	return dec, nil
+}
+
+// denyForError is the fail-closed decision. The client-facing reason is
+// generic; the error itself goes to the log.
+func denyForError(action Action, err error) Decision {
+	return Decision{
+		Allow:  false,
+		Hidden: action == ActionToolsCall,
+		Reason: "denied: policy error (" + err.Error() + ")",
+	}
+}

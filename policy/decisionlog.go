@@ -1,0 +1,257 @@
+package policy
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Event is one decision-log record, in OPA's decision-log event schema
+// (EventV1 of OPA's logs plugin), so that tools built for OPA decision logs
+// read it unchanged.
+//
+// A tools/call (or a single exposure decision) is one event whose Input is
+// the Input document and whose Result is the decision. A tools/list is one
+// event whose Input is {"action": "tools/list", "principal", "request_id",
+// "session_id", "time", "tools": [{"server", "tool"}, …]} and whose Result
+// is the list of per-tool decisions in the same order, so each one can be
+// replayed by rebuilding its Input.
+type Event struct {
+	Labels     map[string]string         `json:"labels"`
+	DecisionID string                    `json:"decision_id"`
+	Bundles    map[string]BundleRevision `json:"bundles,omitempty"`
+	Path       string                    `json:"path"`
+	Input      any                       `json:"input"`
+	Result     any                       `json:"result,omitempty"`
+	Error      *EventError               `json:"error,omitempty"`
+	RequestID  uint64                    `json:"req_id"`
+	Timestamp  string                    `json:"timestamp"`
+	Metrics    map[string]int64          `json:"metrics"`
+}
+
+// BundleRevision is the revision of the policy an event was decided with.
+type BundleRevision struct {
+	Revision string `json:"revision"`
+}
+
+// EventError records why a decision was denied for an error.
+type EventError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// listInput is the logged input of a tools/list event.
+type listInput struct {
+	Action    Action       `json:"action"`
+	Principal Principal    `json:"principal"`
+	RequestID string       `json:"request_id,omitempty"`
+	SessionID string       `json:"session_id,omitempty"`
+	Time      string       `json:"time"`
+	Tools     []listedTool `json:"tools"`
+}
+
+type listedTool struct {
+	Server Server `json:"server"`
+	Tool   Tool   `json:"tool"`
+}
+
+// listResult is one tool's entry in the result of a tools/list event.
+type listResult struct {
+	Tool string `json:"tool"`
+	Decision
+	Error string `json:"error,omitempty"`
+}
+
+// DecisionLog writes decision events as JSON lines. Each event is written
+// with a single Write call under a lock, before the decision is returned to
+// the gateway, so a response is never released for an unlogged decision.
+// Configured secret values are replaced by "[REDACTED]" wherever they occur
+// in an event. It is safe for concurrent use.
+type DecisionLog struct {
+	labels   map[string]string
+	revision string
+	redact   []string
+
+	mu sync.Mutex
+	w  io.Writer
+	f  *os.File // set when the log owns a file
+
+	reqID atomic.Uint64
+}
+
+// DecisionLogOptions configures a DecisionLog.
+type DecisionLogOptions struct {
+	// Labels are attached to every event (OPA's "labels": id, version…).
+	Labels map[string]string
+	// Revision is the policy revision, logged as the "mcp-warden" bundle's
+	// revision in every event.
+	Revision string
+	// Redact lists secret values that must never appear in an event.
+	Redact []string
+}
+
+// NewDecisionLog returns a log writing to w.
+func NewDecisionLog(w io.Writer, opts DecisionLogOptions) *DecisionLog {
+	l := &DecisionLog{w: w, labels: opts.Labels, revision: opts.Revision}
+	for _, s := range opts.Redact {
+		if s != "" {
+			l.redact = append(l.redact, s)
+		}
+	}
+	return l
+}
+
+// OpenDecisionLog returns a log appending to the file at path, created with
+// mode 0600 if missing. Close closes the file.
+func OpenDecisionLog(path string, opts DecisionLogOptions) (*DecisionLog, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open decision log: %w", err)
+	}
+	l := NewDecisionLog(f, opts)
+	l.f = f
+	return l, nil
+}
+
+// Close closes the log's file, if it owns one.
+func (l *DecisionLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	l.w = io.Discard
+	return err
+}
+
+func (l *DecisionLog) newEvent(in Input, dec Decision, evalErr error, took time.Duration) *Event {
+	ev := l.baseEvent(took)
+	ev.Input = in
+	ev.Result = dec.Result()
+	if evalErr != nil {
+		ev.Error = &EventError{Code: "evaluation_error", Message: evalErr.Error()}
+	}
+	return ev
+}
+
+func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []error, took time.Duration) *Event {
+	ev := l.baseEvent(took)
+	li := listInput{Action: ActionToolsList, Tools: make([]listedTool, len(inputs))}
+	results := make([]listResult, len(inputs))
+	for i, in := range inputs {
+		if i == 0 {
+			li.Principal, li.RequestID, li.SessionID, li.Time = in.Principal, in.RequestID, in.SessionID, in.Time
+		}
+		li.Tools[i] = listedTool{Server: in.Server, Tool: in.Tool}
+		results[i] = listResult{Tool: in.Tool.Name, Decision: decisions[i]}
+		if errs[i] != nil {
+			results[i].Error = errs[i].Error()
+			ev.Error = &EventError{Code: "evaluation_error", Message: "one or more exposure decisions failed; see result"}
+		}
+	}
+	ev.Input = li
+	ev.Result = results
+	return ev
+}
+
+func (l *DecisionLog) baseEvent(took time.Duration) *Event {
+	ev := &Event{
+		Labels:     l.labels,
+		DecisionID: newUUID(),
+		Path:       EntrypointPath,
+		RequestID:  l.reqID.Add(1),
+		Timestamp:  time.Now().UTC().Format(time.RFC3339Nano),
+		Metrics:    map[string]int64{"timer_mcp_warden_decision_ns": took.Nanoseconds()},
+	}
+	if l.revision != "" {
+		ev.Bundles = map[string]BundleRevision{"mcp-warden": {Revision: l.revision}}
+	}
+	return ev
+}
+
+// write encodes ev as one line and writes it.
+func (l *DecisionLog) write(ev *Event) error {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode event: %w", err)
+	}
+	if len(l.redact) > 0 {
+		b, err = redactSecrets(b, l.redact)
+		if err != nil {
+			return err
+		}
+	}
+	b = append(b, '\n')
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, err = l.w.Write(b)
+	return err
+}
+
+// redactSecrets replaces every occurrence of a secret inside the JSON
+// strings (keys and values) of the encoded event.
+func redactSecrets(b []byte, secrets []string) ([]byte, error) {
+	found := false
+	for _, s := range secrets {
+		if bytes.Contains(b, []byte(s)) || bytes.Contains(b, jsonEscaped(s)) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return b, nil
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("redact event: %w", err)
+	}
+	return json.Marshal(redactValue(v, secrets))
+}
+
+func redactValue(v any, secrets []string) any {
+	switch x := v.(type) {
+	case string:
+		for _, s := range secrets {
+			x = strings.ReplaceAll(x, s, "[REDACTED]")
+		}
+		return x
+	case []any:
+		for i := range x {
+			x[i] = redactValue(x[i], secrets)
+		}
+		return x
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[redactValue(k, secrets).(string)] = redactValue(e, secrets)
+		}
+		return out
+	default:
+		return v
+	}
+}
+
+func jsonEscaped(s string) []byte {
+	b, _ := json.Marshal(s)
+	return b[1 : len(b)-1]
+}
+
+// newUUID returns a random (version 4) UUID, as OPA's decision_id is.
+func newUUID() string {
+	var u [16]byte
+	_, _ = rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}

@@ -1,0 +1,54 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/mcp-warden/mcp-warden/rego"
+)
+
+// Engine evaluates the decision entry point on one JSON input document.
+// Implementations are prepared once and are safe for concurrent use.
+type Engine interface {
+	// Evaluate returns the entry point's value for input, or ErrUndefined.
+	Evaluate(ctx context.Context, input []byte) (any, error)
+	// Revision identifies the exact policy and data being evaluated.
+	Revision() string
+}
+
+// ErrUndefined is returned by an Engine when the entry point has no value
+// for an input. The Decider turns it into a denial.
+var ErrUndefined = errors.New("policy decision is undefined")
+
+// EngineRego names OPA's topdown evaluator in configuration.
+const EngineRego = "rego"
+
+// NewRegoEngine prepares the decision entry point of p with OPA's topdown
+// evaluator. data is merged into the policy's data at the root (the gateway
+// puts its per-server allow and block lists under data.warden).
+func NewRegoEngine(ctx context.Context, p *rego.Policy, data map[string]any) (Engine, error) {
+	q, err := rego.Prepare(ctx, p, Entrypoint, data)
+	if err != nil {
+		return nil, fmt.Errorf("prepare policy: %w", err)
+	}
+	return &regoEngine{query: q, revision: p.Revision()}, nil
+}
+
+type regoEngine struct {
+	query    *rego.Query
+	revision string
+}
+
+func (e *regoEngine) Evaluate(ctx context.Context, input []byte) (any, error) {
+	v, defined, err := e.query.Eval(ctx, input)
+	if err != nil {
+		return nil, err
+	}
+	if !defined {
+		return nil, ErrUndefined
+	}
+	return v, nil
+}
+
+func (e *regoEngine) Revision() string { return e.revision }
