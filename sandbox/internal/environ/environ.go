@@ -127,12 +127,30 @@ func Get(env []string, key string) string {
 // ErrNotFound reports a program missing from every PATH directory.
 var ErrNotFound = errors.New("executable file not found in PATH")
 
-// LookPath resolves file the way execvp would for a process whose environment
-// is env and whose working directory is dir, without consulting the gateway's
-// own environment. A name with a slash is checked as is (relative to dir).
-// Relative PATH entries are skipped: they would let the working directory
-// choose the program.
-func LookPath(file string, env []string, dir string) (string, error) {
+// Resolve checks that dir (if set) is a directory and resolves command the
+// way execvp would for a process whose environment is env and whose working
+// directory is dir, without consulting the gateway's own environment. A name
+// with a slash is checked as is (relative to dir). Relative PATH entries are
+// skipped: they would let the working directory choose the program. Errors
+// name the directory or the command.
+func Resolve(command string, env []string, dir string) (string, error) {
+	if dir != "" {
+		fi, err := os.Stat(dir)
+		if err == nil && !fi.IsDir() {
+			err = fmt.Errorf("not a directory")
+		}
+		if err != nil {
+			return "", fmt.Errorf("dir %q: %w", dir, err)
+		}
+	}
+	path, err := lookPath(command, env, dir)
+	if err != nil {
+		return "", fmt.Errorf("command %q: %w", command, err)
+	}
+	return path, nil
+}
+
+func lookPath(file string, env []string, dir string) (string, error) {
 	if strings.Contains(file, "/") {
 		p := file
 		if !filepath.IsAbs(p) && dir != "" {
@@ -152,7 +170,7 @@ func LookPath(file string, env []string, dir string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%q: %w", file, ErrNotFound)
+	return "", ErrNotFound
 }
 
 func executable(p string) error {

@@ -1,0 +1,29 @@
+package mcp.warden
+
+# exposed holds when a tool of input.server is exposed by
+# data.warden.servers[<server name>] = {"allow": [globs], "block": [globs]}:
+# some allow pattern matches the upstream tool name and no block pattern
+# does. No entry, or no allow list, exposes nothing.
+#
+# Patterns are glob.match patterns without delimiters: "*" matches any name,
+# dots and slashes included.
+exposed if {
+	filter := data.warden.servers[input.server.name]
+	some pattern in filter.allow
+	glob.match(pattern, null, input.tool.upstream_name)
+	not blocked(filter)
+}
+
+# A block list that is not an array, or a block pattern glob.match cannot
+# evaluate (not a string, malformed), blocks every tool: fail closed.
+blocked(filter) if not is_array(object.get(filter, "block", []))
+
+blocked(filter) if {
+	some pattern in object.get(filter, "block", [])
+	not spares(pattern)
+}
+
+# spares holds when glob.match evaluates pattern and finds no match. (Written
+# as a rule because `not glob.match(...) == false` would be compiled into a
+# call before the `not`, and a failing call would then unblock the tool.)
+spares(pattern) if glob.match(pattern, null, input.tool.upstream_name) == false

@@ -1,0 +1,68 @@
+package mcp.warden_test
+
+import data.mcp.warden
+
+# Exposure: data.warden.servers[<server>] = {"allow": [globs], "block": [globs]}.
+
+test_allow_star_exposes_every_name if {
+	every name in ["echo", "files.read", "a/b", "", "Ünïcode tool"] {
+		decide(list_of("open", name)) == allowed
+	}
+}
+
+test_allow_glob_exposes_only_matching_names if {
+	decide(list_of("files", "read_file")) == allowed
+	decide(list_of("files", "list_dir")) == allowed
+	decide(list_of("files", "write_file")) == not_listed("write_file", "files")
+}
+
+test_allow_glob_is_anchored if {
+	decide(list_of("files", "xread_file")).allow == false
+	decide(list_of("exact", "echo")) == allowed
+	decide(list_of("exact", "echo2")).allow == false
+	decide(list_of("exact", "my_echo")).allow == false
+}
+
+test_block_wins_over_allow if {
+	decide(list_of("files", "read_secrets")) == not_listed("read_secrets", "files")
+	decide(list_of("files", "read_secret")).allow == false
+	decide(list_of("files", "read_notes")) == allowed
+}
+
+test_block_star_blocks_everything if {
+	decide(list_of("walled", "echo")).allow == false
+}
+
+test_missing_server_exposes_nothing if {
+	decide(list_of("unknown", "echo")) == not_listed("echo", "unknown")
+}
+
+test_no_servers_data_exposes_nothing if {
+	warden.decision == not_listed("echo", "open") with input as list_of("open", "echo")
+}
+
+test_empty_allow_exposes_nothing if {
+	decide(list_of("closed", "echo")) == not_listed("echo", "closed")
+}
+
+test_missing_allow_exposes_nothing if {
+	decide(list_of("blockless", "echo")) == not_listed("echo", "blockless")
+}
+
+test_entry_of_another_server_does_not_expose if {
+	# The upstream name matches "open"'s allow list, but the tool is from "closed".
+	decide(list_of("closed", "anything")).allow == false
+}
+
+test_block_that_is_not_a_list_blocks_everything if {
+	decide(list_of("misblocked", "echo")).allow == false
+}
+
+test_malformed_block_pattern_blocks_everything if {
+	decide(list_of("badglob", "echo")).allow == false
+	decide(list_of("numberglob", "echo")).allow == false
+}
+
+test_malformed_allow_pattern_exposes_nothing if {
+	decide(list_of("badallow", "echo")).allow == false
+}

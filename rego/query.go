@@ -1,0 +1,121 @@
+package rego
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	oparego "github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/util"
+)
+
+// Query is one rule of one policy, compiled once and evaluated many times.
+// It is safe for concurrent use.
+type Query struct {
+	rule     string
+	prepared oparego.PreparedEvalQuery
+}
+
+// Prepare compiles policy p, with data merged into its base data at the
+// root, for evaluating rule (a ground reference into data, such as
+// "data.mcp.warden.decision").
+//
+// data is typically {"warden": {"servers": {...}}}; any value that
+// encoding/json can marshal is accepted. A path that both p's data and
+// data define (other than objects, which merge) is an error, as is a rule
+// that neither p's modules nor its data define.
+//
+// Preparing costs a full compilation of the policy; do it once per policy
+// and reuse the Query.
+func Prepare(ctx context.Context, p *Policy, rule string, data map[string]any) (*Query, error) {
+	if p == nil {
+		return nil, errors.New("prepare: nil policy")
+	}
+	if p.err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", rule, p.err)
+	}
+	ref, err := ast.ParseRef(rule)
+	if err != nil || !ref.HasPrefix(ast.DefaultRootRef) || !ref.IsGround() {
+		return nil, fmt.Errorf("prepare %q: not a rule reference such as data.mcp.warden.decision", rule)
+	}
+
+	var extra any = data
+	if err := util.RoundTrip(&extra); err != nil {
+		return nil, fmt.Errorf("prepare %s: data: %w", rule, err)
+	}
+	extraData, _ := extra.(map[string]any)
+	merged, err := mergeData(p.data, extraData)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s: data: %w (set by both the policy and the gateway)", rule, err)
+	}
+
+	// The store hands data to the evaluator as AST values, so that they are
+	// not converted again on every evaluation.
+	store := inmem.NewFromObjectWithOpts(merged, inmem.OptReturnASTValuesOnRead(true))
+	compiler := newCompiler(false)
+	opts := []func(*oparego.Rego){
+		oparego.Query(ref.String()),
+		oparego.Compiler(compiler),
+		oparego.Store(store),
+	}
+	for _, m := range p.modules {
+		opts = append(opts, oparego.ParsedModule(m.parsed))
+	}
+	prepared, err := oparego.New(opts...).PrepareForEval(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", rule, err)
+	}
+	if len(compiler.GetRules(ref)) == 0 && !definedIn(merged, ref) {
+		return nil, fmt.Errorf("prepare %s: no rule or data of the policy defines it", rule)
+	}
+	return &Query{rule: ref.String(), prepared: prepared}, nil
+}
+
+// definedIn reports whether data holds a value at ref (data.a.b...).
+func definedIn(data map[string]any, ref ast.Ref) bool {
+	var v any = data
+	for _, t := range ref[1:] {
+		obj, ok := v.(map[string]any)
+		key, isString := t.Value.(ast.String)
+		if !ok || !isString {
+			return false
+		}
+		if v, ok = obj[string(key)]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Eval evaluates the query's rule with input, a JSON document, as input.
+//
+// The result is plain JSON values: map[string]any, []any, string, bool,
+// nil, and json.Number for numbers. defined is false when the rule has no
+// value for this input (result is then nil). A malformed input, or an
+// evaluation error such as a conflict between rule values, is an error.
+func (q *Query) Eval(ctx context.Context, input []byte) (result any, defined bool, err error) {
+	value, err := parseInput(input)
+	if err != nil {
+		return nil, false, fmt.Errorf("eval %s: input: %w", q.rule, err)
+	}
+	rs, err := q.prepared.Eval(ctx, oparego.EvalParsedInput(value))
+	if err != nil {
+		return nil, false, fmt.Errorf("eval %s: %w", q.rule, err)
+	}
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return nil, false, nil
+	}
+	return rs[0].Expressions[0].Value, true, nil
+}
+
+// parseInput decodes a JSON document into an AST value, refusing anything
+// after the document.
+func parseInput(input []byte) (ast.Value, error) {
+	var x any
+	if err := util.UnmarshalJSON(input, &x); err != nil {
+		return nil, err
+	}
+	return ast.InterfaceToValue(x)
+}

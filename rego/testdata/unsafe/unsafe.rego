@@ -1,0 +1,5 @@
+package unsafe
+
+allow if {
+	input.user == user
+}

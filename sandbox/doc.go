@@ -1,0 +1,16 @@
+// Package sandbox starts stdio MCP servers confined away from the gateway and
+// from each other, and stops them without leaving a process behind.
+//
+// The flow is: [Init] first thing in main; [Spawn] per server; the gateway
+// speaks JSON-RPC over [Process.Stdin] and [Process.Stdout]; [Process.Close]
+// runs the stop sequence (close stdin, SIGTERM, SIGKILL).
+//
+// Every server gets an environment built from scratch (never the gateway's),
+// its own process group and a parent-death signal. When it can, Spawn also
+// starts the server under a sandbox init — this binary re-executed as PID 1
+// of a fresh PID namespace — so that the whole tree, double-forked daemons
+// included, dies with the init. [Process.Confinement] tells which of these
+// were achieved; nothing is silently assumed.
+//
+// Linux only.
+package sandbox

@@ -1,0 +1,31 @@
+package sandbox_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/mcp-warden/mcp-warden/sandbox"
+)
+
+func ExampleSpawn() {
+	// In main: sandbox.Init() as the very first statement.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := sandbox.Spawn(ctx, sandbox.Spec{
+		Name:    "echo",
+		Command: "cat",
+		Env:     map[string]string{"API_TOKEN": "declared secret"},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+
+	fmt.Fprintln(p.Stdin(), `{"jsonrpc":"2.0","id":1,"method":"ping"}`)
+	line, _ := bufio.NewReader(p.Stdout()).ReadString('\n')
+	fmt.Print(line)
+	// Output: {"jsonrpc":"2.0","id":1,"method":"ping"}
+}

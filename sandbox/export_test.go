@@ -1,0 +1,10 @@
+package sandbox
+
+import "testing"
+
+// WithoutInit makes Spawn behave, for the rest of t, as in a binary that
+// never called Init: no sandbox init, the server is started directly.
+func WithoutInit(t testing.TB) {
+	prev := initCalled.Swap(false)
+	t.Cleanup(func() { initCalled.Store(prev) })
+}

@@ -1,0 +1,191 @@
+package nsinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mcp-warden/mcp-warden/sandbox/internal/environ"
+)
+
+// Main runs the init and exits the process; it never returns. It must run
+// before anything else in the binary: it is called from sandbox.Init.
+func Main() {
+	report := os.NewFile(ReportFD, "report")
+	req, err := readRequest()
+	if err != nil {
+		fail(report, ExitInitFailed, fmt.Sprintf("sandbox init: read request: %v", err))
+	}
+	closeInheritedFDs()
+
+	// Subscribe before starting the server so that no SIGCHLD or stop signal
+	// is lost. As PID 1 the init gets no default actions: only these arrive.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+
+	path, err := environ.Resolve(req.Command, req.Env, req.Dir)
+	if err != nil {
+		fail(report, ExitCannotStart, err.Error())
+	}
+	// No Pdeathsig for the server: when the init dies the kernel kills the
+	// whole namespace anyway.
+	pid, err := syscall.ForkExec(path, req.Args, &syscall.ProcAttr{
+		Dir:   req.Dir,
+		Env:   req.Env,
+		Files: []uintptr{0, 1, 2},
+	})
+	if err != nil {
+		fail(report, ExitCannotStart, fmt.Sprintf("command %q: exec %s: %v", req.Command, path, err))
+	}
+	releaseStdio()
+	send(report, Report{Started: true, Pid: pid})
+
+	var (
+		server   unix.WaitStatus
+		exited   bool
+		stopping bool
+		drain    <-chan time.Time // after the server exited while stopping
+	)
+	for {
+		select {
+		case sig := <-sigs:
+			if sig != unix.SIGCHLD {
+				// Broadcast to every process of the namespace, including
+				// setsid escapees; the init itself is exempt from kill(-1).
+				_ = unix.Kill(-1, sig.(unix.Signal))
+				stopping = true
+				continue
+			}
+			ws, found, alive := reap(pid)
+			if found {
+				server, exited = ws, true
+			}
+			if !exited {
+				continue
+			}
+			// Exiting makes the kernel SIGKILL the rest of the namespace.
+			// While stopping, first let the processes that got the signal
+			// finish their own shutdown, for at most the grace period.
+			if stopping && alive {
+				if drain == nil {
+					drain = time.After(req.Grace)
+				}
+				continue
+			}
+		case <-drain:
+		}
+		finish(report, server)
+	}
+}
+
+// finish reports the server's status and exits with it (128+signal if it
+// was killed: PID 1 cannot re-raise a signal on itself).
+func finish(report io.Writer, server unix.WaitStatus) {
+	r := Report{Exited: true, Code: server.ExitStatus()}
+	code := r.Code
+	if server.Signaled() {
+		r.Code, r.Signal = -1, int(server.Signal())
+		code = 128 + r.Signal
+	}
+	send(report, r)
+	exit(code)
+}
+
+func readRequest() (*Request, error) {
+	f := os.NewFile(RequestFD, "request")
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxRequestSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxRequestSize {
+		return nil, errors.New("request too large")
+	}
+	var req Request
+	if err := json.Unmarshal(data, &req); err != nil {
+		return nil, err
+	}
+	if req.Command == "" || len(req.Args) == 0 {
+		return nil, errors.New("request without a command")
+	}
+	return &req, nil
+}
+
+// closeInheritedFDs marks every fd above stderr close-on-exec so that the
+// server inherits only 0, 1 and 2, whatever the gateway itself inherited.
+func closeInheritedFDs() {
+	if unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
+		return
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+		}
+	}
+}
+
+// releaseStdio points the init's own stdin and stdout at /dev/null: the
+// server owns the JSON-RPC channel and the init must never hold it open.
+func releaseStdio() {
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	defer null.Close()
+	_ = unix.Dup3(int(null.Fd()), 0, 0)
+	_ = unix.Dup3(int(null.Fd()), 1, 0)
+}
+
+// reap collects every exited child (orphans are re-parented to the init),
+// returns the server's status if it was among them, and whether any child
+// is still alive.
+func reap(server int) (status unix.WaitStatus, found, alive bool) {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil: // ECHILD: nobody left
+			return status, found, false
+		case pid == 0:
+			return status, found, true
+		case pid == server:
+			status, found = ws, true
+		}
+	}
+}
+
+func send(w io.Writer, r Report) {
+	if err := json.NewEncoder(w).Encode(r); err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox init: report: %v\n", err)
+	}
+}
+
+// fail reports a start-up failure, echoes it as one line on stderr when the
+// parent is gone, and exits.
+func fail(report io.Writer, code int, msg string) {
+	if err := json.NewEncoder(report).Encode(Report{Failed: msg}); err != nil {
+		fmt.Fprintln(os.Stderr, msg)
+	}
+	exit(code)
+}
+
+// exit ends the init at once. The init has nothing to flush, and os.Exit
+// would add the race detector's one-second exit sleep in -race builds,
+// delaying Done by as much.
+func exit(code int) {
+	syscall.Exit(code)
+}

@@ -1,0 +1,76 @@
+// Package nsinit is the sandbox init: the copy of the gateway binary that
+// runs as PID 1 of a server's PID namespace (like tini), starts the server as
+// its only child and reaps every process of the namespace. A SIGTERM, SIGINT
+// or SIGHUP is broadcast to the whole namespace (kill(-1)), and the init then
+// gives every process up to the grace period to finish. Otherwise it exits as
+// soon as the server does, with the server's status, and the kernel kills the
+// rest of the namespace.
+//
+// The parent (package sandbox) and the init talk over two inherited pipes:
+// a Request arrives as JSON on fd RequestFD, and Reports go back as JSON
+// lines on fd ReportFD. Nothing travels on argv, which is world-readable.
+package nsinit
+
+import (
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The init is selected by an argv[0] and argv[1] no shell or user would type
+// together, plus pipes at fds 3 and 4 (see Requested); the binary's own name is
+// not consulted, it is always /proc/self/exe.
+const (
+	Arg0 = "mcp-warden-sandbox-init"
+	Arg1 = "__mcp_sandbox_init"
+)
+
+// File descriptors inherited by the init (os/exec ExtraFiles order).
+const (
+	RequestFD = 3 // read end: one JSON Request, then EOF
+	ReportFD  = 4 // write end: JSON Reports
+)
+
+// MaxRequestSize bounds what the init reads from RequestFD.
+const MaxRequestSize = 16 << 20
+
+// Request is everything the init needs to start the server. Env may hold
+// secrets: it is never logged.
+type Request struct {
+	Command string   `json:"command"` // as configured; resolved with Env's PATH
+	Args    []string `json:"args"`    // full argv, Args[0] included
+	Env     []string `json:"env"`     // complete environment, KEY=value
+	Dir     string   `json:"dir,omitempty"`
+	// Grace bounds how long the init waits, after a stop signal, for the
+	// rest of the namespace once the server itself has exited.
+	Grace time.Duration `json:"grace"`
+}
+
+// Report is one message from the init. The first is either Started or
+// Failed; a started init sends Exited last, just before it exits.
+type Report struct {
+	Started bool   `json:"started,omitempty"`
+	Pid     int    `json:"pid,omitempty"` // server pid inside the namespace
+	Failed  string `json:"failed,omitempty"`
+	Exited  bool   `json:"exited,omitempty"`
+	Code    int    `json:"code,omitempty"`   // exit status, -1 if signalled
+	Signal  int    `json:"signal,omitempty"` // signal that ended the server
+}
+
+// Exit statuses of the init itself when the server could not be started.
+const (
+	ExitInitFailed  = 125 // the init could not read its request or set up
+	ExitCannotStart = 127 // program not found or exec failed
+)
+
+// Requested reports whether this process was started as the sandbox init.
+func Requested() bool {
+	return len(os.Args) == 2 && os.Args[0] == Arg0 && os.Args[1] == Arg1 &&
+		isPipe(RequestFD) && isPipe(ReportFD)
+}
+
+func isPipe(fd int) bool {
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO
+}
