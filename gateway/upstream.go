@@ -91,13 +91,22 @@ func startUpstream(ctx context.Context, sc ServerConfig, env map[string]string, 
 	return u, nil
 }
 
+// exitGrace is how long a failed handshake waits to learn whether the
+// server exited, so that the error names the exit rather than the EOF it
+// caused.
+const exitGrace = time.Second
+
 // startCause explains a failed start: a server that exited is named as such
-// rather than by the transport error its exit caused.
+// (with its status) rather than by the transport error its exit caused.
 func startCause(err error, proc *sandbox.Process) error {
 	select {
 	case <-proc.Done():
-		return fmt.Errorf("server exited during start-up (%w)", err)
-	default:
+		status := "status 0"
+		if werr := proc.Wait(); werr != nil {
+			status = werr.Error()
+		}
+		return fmt.Errorf("server exited during start-up (%s): %w", status, err)
+	case <-time.After(exitGrace):
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("no answer within %s (%w)", startTimeout, err)
@@ -113,6 +122,9 @@ func (u *upstream) call(ctx context.Context, name string, args map[string]any) (
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if args == nil {
+		args = map[string]any{} // servers reject a null arguments object
+	}
 	res, err := u.session.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	if errors.Is(err, context.DeadlineExceeded) {
 		return nil, fmt.Errorf("server %q did not answer within %s", u.cfg.Name, timeout)
