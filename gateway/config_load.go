@@ -82,7 +82,12 @@ func (e *ConfigError) Error() string {
 // Unwrap returns the underlying error, if any.
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// joinConfigErrors returns nil, the only error, or all of them joined.
+// maxReportedProblems bounds the problems one error lists; a file with
+// thousands of mistakes needs the first few fixed, not a screenful.
+const maxReportedProblems = 20
+
+// joinConfigErrors returns nil, the only error, or the first
+// maxReportedProblems joined.
 func joinConfigErrors(errs []*ConfigError) error {
 	switch len(errs) {
 	case 0:
@@ -90,9 +95,13 @@ func joinConfigErrors(errs []*ConfigError) error {
 	case 1:
 		return errs[0]
 	}
-	all := make([]error, len(errs))
-	for i, e := range errs {
-		all[i] = e
+	var all []error
+	for _, e := range errs[:min(len(errs), maxReportedProblems)] {
+		all = append(all, e)
+	}
+	if n := len(errs) - maxReportedProblems; n > 0 {
+		all = append(all, &ConfigError{Source: errs[0].Source, Problem: fmt.Sprintf("%d more problems not shown", n),
+			Fix: "fix the ones above first"})
 	}
 	return errors.Join(all...)
 }
@@ -255,8 +264,16 @@ func parseDocument(source string, data []byte, format configFormat) (*yaml.Node,
 			return nil, err
 		}
 	} else {
-		var doc yaml.Node
-		if err := yaml.Unmarshal(data, &doc); err != nil {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		var doc, next yaml.Node
+		err := dec.Decode(&doc)
+		if err == nil {
+			if err = dec.Decode(&next); err == nil {
+				return nil, &ConfigError{Source: source, Line: next.Line, Problem: "a second YAML document",
+					Fix: "keep one document: remove the --- separator and merge the two"}
+			}
+		}
+		if err != nil && err != io.EOF {
 			e := &ConfigError{Source: source, Problem: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "),
 				Fix: "check indentation, colons and quoting", Err: err}
 			if m := yamlLineError.FindStringSubmatch(err.Error()); m != nil {
@@ -451,20 +468,42 @@ func (d *nodeDecoder) deref(n *yaml.Node, key string) (target *yaml.Node, done f
 
 // lineOf is the line of key, or of its closest recorded ancestor.
 func (d *nodeDecoder) lineOf(key string) int {
-	if line, ok := d.lines[key]; ok {
-		return line
-	}
-	// Ancestors end before a '.' or '[' of the structural part, which
-	// precedes any quoted map key.
-	structural, _, _ := strings.Cut(key, `"`)
-	for i := len(structural) - 1; i > 0; i-- {
-		if structural[i] == '.' || structural[i] == '[' {
-			if line, ok := d.lines[key[:i]]; ok {
-				return line
-			}
+	ends := segmentEnds(key)
+	for i := len(ends) - 1; i >= 0; i-- {
+		if line, ok := d.lines[key[:ends[i]]]; ok {
+			return line
 		}
 	}
 	return 0
+}
+
+// segmentEnds lists where each segment of a key path (name, .name, [3],
+// ["quoted"]) ends, so that key[:end] are the key and its ancestors.
+func segmentEnds(key string) []int {
+	var ends []int
+	for i := 0; i < len(key); {
+		switch {
+		case strings.HasPrefix(key[i:], `["`):
+			q, err := strconv.QuotedPrefix(key[i+1:])
+			if err != nil || !strings.HasPrefix(key[i+1+len(q):], "]") {
+				return ends
+			}
+			i += len(q) + 2
+		case key[i] == '[':
+			j := strings.IndexByte(key[i:], ']')
+			if j < 0 {
+				return ends
+			}
+			i += j + 1
+		default:
+			i++ // a leading '.' and then the name
+			for i < len(key) && key[i] != '.' && key[i] != '[' {
+				i++
+			}
+		}
+		ends = append(ends, i)
+	}
+	return ends
 }
 
 // decode stores n into v, reporting problems under key.
@@ -1180,7 +1219,7 @@ func parseEnvJSON(s string) (map[string]string, string) {
 		}
 		return nil, "not valid JSON (it ends early)"
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, "has data after the JSON object"
 	}
 	env := make(map[string]string, len(raw))

@@ -201,6 +201,8 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"top level list", "c.yaml", "- a\n- b\n",
 			[]string{":1: the top level is a list, not a mapping"}},
 		{"empty YAML", "c.yaml", "# nothing\n", []string{": the file is empty"}},
+		{"two YAML documents", "c.yaml", "servers: [{name: a, command: x}]\n---\nnaming: first\n",
+			[]string{":2: a second YAML document; keep one document"}},
 		{"empty JSON", "c.json", " \n", []string{": the file is empty"}},
 		{"alias loop", "c.yaml", "servers: [&s {name: a, command: x, <<: *s}]\n",
 			[]string{"refers to a value containing itself"}},
@@ -242,6 +244,23 @@ func TestLoadConfigErrors(t *testing.T) {
 			}
 			assert.NotEmpty(t, configProblems(t, err))
 		})
+	}
+}
+
+func TestConfigKeySegmentEnds(t *testing.T) {
+	for key, want := range map[string][]string{
+		"naming":                       {"naming"},
+		"servers[1].env.K":             {"servers", "servers[1]", "servers[1].env", "servers[1].env.K"},
+		`servers[0].env["a.b[\"]"]`:    {"servers", "servers[0]", "servers[0].env", `servers[0].env["a.b[\"]"]`},
+		`mcpServers["my server"].name`: {"mcpServers", `mcpServers["my server"]`, `mcpServers["my server"].name`},
+		`mcpServers["unterminated`:     {"mcpServers"},
+		"":                             nil,
+	} {
+		var got []string
+		for _, end := range segmentEnds(key) {
+			got = append(got, key[:end])
+		}
+		assert.Equal(t, want, got, key)
 	}
 }
 
@@ -356,7 +375,7 @@ func validConfig() *Config {
 	}
 }
 
-func TestValidate(t *testing.T) {
+func TestConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name                string
 		breakIt             func(*Config)
@@ -425,7 +444,7 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestValidateReportsEveryProblem(t *testing.T) {
+func TestConfigValidateReportsEveryProblem(t *testing.T) {
 	c := validConfig()
 	c.source = ""
 	c.Servers[0].Command = ""
@@ -439,9 +458,17 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	assert.Equal(t, []string{"servers[0].command", "naming", "listeners[2]"}, keys)
 
 	assert.ErrorContains(t, (*Config)(nil).Validate(), "no configuration")
+
+	c = &Config{source: "many.yaml"}
+	for range 30 {
+		c.Servers = append(c.Servers, ServerConfig{Name: "a", Command: "x"})
+	}
+	problems := configProblems(t, c.Validate())
+	require.Len(t, problems, maxReportedProblems+1)
+	assert.Equal(t, "many.yaml: 9 more problems not shown; fix the ones above first", problems[maxReportedProblems].Error())
 }
 
-func TestValidateAcceptsZeroValuesAndDefaults(t *testing.T) {
+func TestConfigValidateAcceptsZeroValuesAndDefaults(t *testing.T) {
 	c := &Config{Servers: []ServerConfig{{Name: "warden", Command: "x"}}, Naming: NamingFirst}
 	assert.NoError(t, c.Validate(), "no listeners, zero timeout, empty engine; reserved prefix only matters in prefix mode")
 
@@ -548,7 +575,7 @@ func TestConfigFromAgentEnvErrors(t *testing.T) {
 			[]string{`environment: AGENT_bot_MCP_0_ENV_JSON: is a JSON array, not an object; write a JSON object of strings, e.g. {"LOG_LEVEL":"debug"}`}},
 		{"ENV_JSON number", "bot", []string{"AGENT_bot_MCP_0_CMD=x", `AGENT_bot_MCP_0_ENV_JSON={"PORT": 8080}`},
 			[]string{`environment: AGENT_bot_MCP_0_ENV_JSON: the value of PORT is not a string; write a JSON object of strings, e.g. {"LOG_LEVEL":"debug"}`}},
-		{"ENV_JSON trailing", "bot", []string{"AGENT_bot_MCP_0_CMD=x", `AGENT_bot_MCP_0_ENV_JSON={"A": "1"} x`},
+		{"ENV_JSON trailing", "bot", []string{"AGENT_bot_MCP_0_CMD=x", `AGENT_bot_MCP_0_ENV_JSON={"A": "1"}}`},
 			[]string{`environment: AGENT_bot_MCP_0_ENV_JSON: has data after the JSON object; write a JSON object of strings, e.g. {"LOG_LEVEL":"debug"}`}},
 		{"validation names the variable", "bot", []string{"AGENT_bot_MCP_3_CMD=", `AGENT_bot_MCP_3_ENV_JSON={"A=B": "1"}`},
 			[]string{

@@ -91,6 +91,7 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	o := options{logger: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(&o)
@@ -137,6 +138,16 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 	}
 	g.decider = policy.NewDecider(engine, g.declog)
 	return g, nil
+}
+
+// withDefaults returns a copy of c with defaults applied, so that New never
+// changes the caller's Config.
+func (c *Config) withDefaults() *Config {
+	d := *c
+	d.Servers = append([]ServerConfig(nil), c.Servers...)
+	d.Listeners = append([]ListenerConfig(nil), c.Listeners...)
+	d.SetDefaults()
+	return &d
 }
 
 // loadPolicy loads the configured policy, or the embedded default.
