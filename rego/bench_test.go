@@ -20,15 +20,3 @@ func BenchmarkDecisionToolsCall(b *testing.B) {
 		}
 	}
 }
-
-// BenchmarkParseInput measures the JSON → AST part of Eval alone.
-func BenchmarkParseInput(b *testing.B) {
-	in := input("tools/call", "files", "read_file", map[string]any{"path": "notes/today.md", "max_bytes": 4096})
-	b.SetBytes(int64(len(in)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := parseInput(in); err != nil {
-			b.Fatal(err)
-		}
-	}
-}

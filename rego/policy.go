@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,11 +67,13 @@ func Demo() *Policy { return demoPolicy() }
 
 // Load reads a policy from path: a directory, or an OPA bundle (.tar.gz).
 //
-// Both are read as OPA reads a bundle: every .rego file except *_test.rego,
-// and data from files named data.json or data.yaml, placed under data at
-// their directory's path (dir/warden/data.json is data.warden). Other files
-// are ignored. Bundles with Wasm modules, plans or delta patches are
-// refused, and signatures are not verified.
+// Both are read as OPA reads a bundle: every .rego file except *_test.rego
+// (at least one is required), and data from files named data.json or
+// data.yaml, placed under data at their directory's path
+// (dir/warden/data.json is data.warden). Other files and hidden directories
+// are left out. Links to files are followed, so that a Kubernetes ConfigMap
+// volume loads as expected. Bundles with Wasm modules, plans or delta
+// patches are refused, and signatures are not verified.
 //
 // Parse and compile errors name the file and line.
 func Load(path string) (*Policy, error) {
@@ -81,9 +84,17 @@ func Load(path string) (*Policy, error) {
 	if !info.IsDir() && !strings.HasSuffix(path, ".tar.gz") && !strings.HasSuffix(path, ".tgz") {
 		return nil, fmt.Errorf("load policy %s: not a directory or a .tar.gz bundle", path)
 	}
-	b, err := readBundle(nil, path)
+	// OPA's directory reader takes a root that is a link for a file.
+	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return nil, fmt.Errorf("load policy %s: %w", path, err)
+		return nil, fmt.Errorf("load policy: %w", err)
+	}
+	b, err := readBundle(nil, resolved)
+	if err != nil {
+		return nil, fmt.Errorf("load policy %s: %w", path, regoErrors(err))
+	}
+	if len(b.Modules) == 0 {
+		return nil, fmt.Errorf("load policy %s: no .rego files (other than tests)", path)
 	}
 	p, err := newPolicy(modulesOf(b, ""), b.Data)
 	if err != nil {
@@ -126,7 +137,8 @@ func readBundle(fsys fs.FS, path string) (*bundle.Bundle, error) {
 		WithFS(fsys).
 		WithRegoVersion(ast.RegoV1).
 		WithSkipBundleVerification(true).
-		WithFilter(func(_ string, info fs.FileInfo, _ int) bool { return isTestFile(info) }).
+		WithFollowSymlinks(true).
+		WithFilter(skipFiles(path, fsys == nil)).
 		AsBundle(path)
 	if err != nil {
 		return nil, err
@@ -142,8 +154,27 @@ func readBundle(fsys fs.FS, path string) (*bundle.Bundle, error) {
 	return b, nil
 }
 
-func isTestFile(info fs.FileInfo) bool {
-	return !info.IsDir() && strings.HasSuffix(info.Name(), "_test.rego")
+// skipFiles returns the filter of the files under root that are not part
+// of a policy: Rego tests, hidden directories (.git; the ..2026_05_01…
+// directory of a Kubernetes ConfigMap volume, whose files are also linked
+// at the top), and, on disk, links to directories, which OPA's reader would
+// try to read as files.
+func skipFiles(root string, onDisk bool) loader.Filter {
+	root = filepath.Clean(root)
+	return func(path string, info fs.FileInfo, _ int) bool {
+		switch {
+		case filepath.Clean(filepath.FromSlash(path)) == root:
+			return false
+		case info.IsDir():
+			return strings.HasPrefix(info.Name(), ".")
+		case strings.HasSuffix(info.Name(), "_test.rego"):
+			return true
+		case onDisk && info.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Stat(path)
+			return err == nil && target.IsDir()
+		}
+		return false
+	}
 }
 
 // modulesOf returns the modules of b, their relative paths under prefix.
@@ -204,6 +235,16 @@ func revisionOf(modules []module, data map[string]any) (string, error) {
 		return "", fmt.Errorf("policy data: %w", err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// regoErrors returns the Rego errors (file:line: message) that err wraps,
+// or err: OPA wraps them in messages about bundle activation that would
+// only confuse someone who wrote a directory of .rego files.
+func regoErrors(err error) error {
+	if errs, ok := errors.AsType[ast.Errors](err); ok {
+		return errs
+	}
+	return err
 }
 
 // newCompiler returns the compiler configuration every policy is compiled

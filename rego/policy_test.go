@@ -71,6 +71,43 @@ func TestLoadDirectory(t *testing.T) {
 	}
 }
 
+func TestLoadKubernetesConfigMapVolume(t *testing.T) {
+	// A ConfigMap volume: the files in a hidden directory, reached through
+	// a ..data link and one link per file; the volume itself is often
+	// reached through a link too.
+	dir := t.TempDir()
+	volume := filepath.Join(dir, "volume")
+	files := filepath.Join(volume, "..2026_05_01_12_00_00.123")
+	if err := os.MkdirAll(files, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, files, "policy.rego", readFile(t, "testdata/custom/policy.rego"))
+	writeFile(t, files, "data.json", `{"warden": {"trusted": ["echo"]}}`)
+	for _, link := range []struct{ target, name string }{
+		{filepath.Base(files), "volume/..data"},
+		{"..data/policy.rego", "volume/policy.rego"},
+		{"..data/data.json", "volume/data.json"},
+		{"volume", "current"},
+	} {
+		if err := os.Symlink(link.target, filepath.Join(dir, link.name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, path := range []string{volume, filepath.Join(dir, "current")} {
+		p, err := Load(path)
+		if err != nil {
+			t.Errorf("Load(%s): %v", path, err)
+			continue
+		}
+		if len(p.modules) != 1 || p.modules[0].rel != "policy.rego" {
+			t.Errorf("Load(%s) modules = %+v, want policy.rego once", path, p.modules)
+		}
+		if got := fmtValue(p.data); got != "map[warden:map[trusted:[echo]]]" {
+			t.Errorf("Load(%s) data = %s", path, got)
+		}
+	}
+}
+
 func TestLoadBundle(t *testing.T) {
 	raw, err := os.ReadFile("testdata/custom/policy.rego")
 	if err != nil {
@@ -136,6 +173,7 @@ func TestLoadErrors(t *testing.T) {
 		{"testdata/broken", []string{"testdata/broken/broken.rego:", "rego_parse_error"}},
 		{"testdata/unsafe", []string{"testdata/unsafe/unsafe.rego:4:", "var user is unsafe"}},
 		{"testdata/custom/policy.rego", []string{"not a directory or a .tar.gz bundle"}},
+		{"testdata/custom/warden", []string{"testdata/custom/warden: no .rego files"}},
 		{notGzip, []string{notGzip, "gzip"}},
 	} {
 		p, err := Load(tc.path)

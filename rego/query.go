@@ -6,9 +6,13 @@ import (
 	"fmt"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	oparego "github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/open-policy-agent/opa/v1/util"
+
+	"github.com/mcp-warden/mcp-warden/rego/internal/jsonast"
 )
 
 // Query is one rule of one policy, compiled once and evaluated many times.
@@ -65,7 +69,7 @@ func Prepare(ctx context.Context, p *Policy, rule string, data map[string]any) (
 	}
 	prepared, err := oparego.New(opts...).PrepareForEval(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("prepare %s: %w", rule, err)
+		return nil, fmt.Errorf("prepare %s: %w", rule, regoErrors(err))
 	}
 	if len(compiler.GetRules(ref)) == 0 && !definedIn(merged, ref) {
 		return nil, fmt.Errorf("prepare %s: no rule or data of the policy defines it", rule)
@@ -93,14 +97,28 @@ func definedIn(data map[string]any, ref ast.Ref) bool {
 //
 // The result is plain JSON values: map[string]any, []any, string, bool,
 // nil, and json.Number for numbers. defined is false when the rule has no
-// value for this input (result is then nil). A malformed input, or an
-// evaluation error such as a conflict between rule values, is an error.
+// value for this input (result is then nil). A malformed input, a done ctx,
+// or an evaluation error such as a conflict between rule values, is an
+// error.
+//
+// The input is decoded straight into OPA's AST, and evaluation starts no
+// goroutine: ctx is watched through context.AfterFunc.
 func (q *Query) Eval(ctx context.Context, input []byte) (result any, defined bool, err error) {
-	value, err := parseInput(input)
+	if err := ctx.Err(); err != nil {
+		return nil, false, fmt.Errorf("eval %s: %w", q.rule, err)
+	}
+	value, err := jsonast.Parse(input)
 	if err != nil {
 		return nil, false, fmt.Errorf("eval %s: input: %w", q.rule, err)
 	}
-	rs, err := q.prepared.Eval(ctx, oparego.EvalParsedInput(value))
+	cancel := topdown.NewCancel()
+	stop := context.AfterFunc(ctx, cancel.Cancel)
+	defer stop()
+	rs, err := q.prepared.Eval(ctx,
+		oparego.EvalParsedInput(value),
+		oparego.EvalExternalCancel(cancel),
+		oparego.EvalMetrics(metrics.NoOp()),
+	)
 	if err != nil {
 		return nil, false, fmt.Errorf("eval %s: %w", q.rule, err)
 	}
@@ -108,14 +126,4 @@ func (q *Query) Eval(ctx context.Context, input []byte) (result any, defined boo
 		return nil, false, nil
 	}
 	return rs[0].Expressions[0].Value, true, nil
-}
-
-// parseInput decodes a JSON document into an AST value, refusing anything
-// after the document.
-func parseInput(input []byte) (ast.Value, error) {
-	var x any
-	if err := util.UnmarshalJSON(input, &x); err != nil {
-		return nil, err
-	}
-	return ast.InterfaceToValue(x)
 }

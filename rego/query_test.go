@@ -258,6 +258,24 @@ func TestEvalConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
+func TestPrepareConcurrentOnSharedPolicy(t *testing.T) {
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			q, err := Prepare(context.Background(), Demo(), "data.mcp.warden.decision", gatewayData)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got, _, err := q.Eval(context.Background(), input("tools/call", "demo", "echo", nil))
+			if err != nil || !reflect.DeepEqual(got, allowed) {
+				t.Errorf("Eval = %v, %v", got, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 func TestEvalCanceled(t *testing.T) {
 	q := prepare(t, Default())
 	ctx, cancel := context.WithCancel(context.Background())

@@ -37,6 +37,7 @@ decision := {"allow": true, "reason": "tool exposed by data.warden.servers and n
 	input.action in actions
 	exposed
 	count(denials) == 0
+	not malformed_deny
 }
 
 actions := {"tools/list", "tools/call"}
@@ -46,3 +47,10 @@ actions := {"tools/list", "tools/call"}
 # any module defines deny; a reason that is not a string makes concat fail,
 # and the decision falls back to the default deny.
 denials := {reason | some reason in data.mcp.warden.deny}
+
+# deny written as something other than a partial set (`deny := "why"`, say)
+# would add no reason to denials: it falls back to the default deny instead.
+malformed_deny if {
+	d := data.mcp.warden.deny
+	not is_set(d)
+}

@@ -10,6 +10,8 @@ servers := {
 	"closed": {"allow": []},
 	"blockless": {"block": []},
 	"misblocked": {"allow": ["*"], "block": "echo"},
+	"objblocked": {"allow": ["*"], "block": {"x": "echo"}},
+	"stringy": "*",
 	"badglob": {"allow": ["*"], "block": ["[unclosed", 7]},
 	"numberglob": {"allow": ["*"], "block": [7]},
 	"badallow": {"allow": ["[unclosed"]},
@@ -97,6 +99,12 @@ test_hidden_wins_over_denial if {
 
 test_denial_that_is_not_a_string_denies_by_default if {
 	decide(call_of("open", "echo")) == default_deny with warden.deny as {"a reason", 42}
+}
+
+test_deny_that_is_not_a_set_denies_by_default if {
+	decide(call_of("open", "echo")) == default_deny with warden.deny as "a reason"
+	decide(list_of("open", "echo")).allow == false with warden.deny as ["a reason"]
+	decide(call_of("open", "echo")) == default_deny with warden.deny as true
 }
 
 test_no_denial_allows if {

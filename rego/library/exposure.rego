@@ -16,14 +16,21 @@ exposed if {
 
 # A block list that is not an array, or a block pattern glob.match cannot
 # evaluate (not a string, malformed), blocks every tool: fail closed.
-blocked(filter) if not is_array(object.get(filter, "block", []))
+blocked(filter) if not block_list(filter)
 
 blocked(filter) if {
-	some pattern in object.get(filter, "block", [])
+	some pattern in block_list(filter)
 	not spares(pattern)
 }
 
-# spares holds when glob.match evaluates pattern and finds no match. (Written
-# as a rule because `not glob.match(...) == false` would be compiled into a
-# call before the `not`, and a failing call would then unblock the tool.)
+block_list(filter) := list if {
+	list := object.get(filter, "block", [])
+	is_array(list)
+}
+
+# spares holds when glob.match evaluates pattern and finds no match.
+#
+# The checks that can fail are written as rules and negated whole: in
+# `not glob.match(...) == false`, the call would be compiled to run before
+# the `not`, and a call that fails would then unblock the tool.
 spares(pattern) if glob.match(pattern, null, input.tool.upstream_name) == false

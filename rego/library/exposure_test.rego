@@ -56,6 +56,12 @@ test_entry_of_another_server_does_not_expose if {
 
 test_block_that_is_not_a_list_blocks_everything if {
 	decide(list_of("misblocked", "echo")).allow == false
+	decide(list_of("objblocked", "other")).allow == false
+}
+
+test_server_entry_that_is_not_an_object_exposes_nothing if {
+	decide(list_of("stringy", "echo")).allow == false
+	decide(call_of("stringy", "echo")) == hidden
 }
 
 test_malformed_block_pattern_blocks_everything if {
