@@ -1,0 +1,273 @@
+package gateway
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// This file holds ConfigError, the defaults and the one place a Config is
+// checked.
+
+// ConfigError is one problem in a configuration: where it is, what is wrong
+// and how to fix it. LoadConfig, ConfigFromAgentEnv and Validate return a
+// *ConfigError, or several joined with errors.Join (errors.As reaches the
+// first). Its message never contains secret or environment values.
+type ConfigError struct {
+	// Source is the file as given to LoadConfig, "environment" for
+	// ConfigFromAgentEnv, or "config" for a Config built in code.
+	Source string
+	// Line is the 1-based line in Source; 0 when unknown.
+	Line int
+	// Key is the path of the offending key, e.g. "servers[1].command", or
+	// the variable name for the environment; empty for the whole source.
+	Key string
+	// Problem says what is wrong; Fix says what to do about it.
+	Problem string
+	Fix     string
+	// Err is the underlying error, if any (e.g. fs.ErrNotExist).
+	Err error
+}
+
+// Error formats the problem as "source:line: key: problem; fix".
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString(cmp.Or(e.Source, "config"))
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Key != "" {
+		b.WriteString(e.Key)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Problem)
+	if e.Fix != "" {
+		b.WriteString("; ")
+		b.WriteString(e.Fix)
+	}
+	return b.String()
+}
+
+// Unwrap returns the underlying error, if any.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// maxReportedProblems bounds the problems one error lists; a file with
+// thousands of mistakes needs the first few fixed, not a screenful.
+const maxReportedProblems = 20
+
+// joinConfigErrors returns nil, the only error, or the first
+// maxReportedProblems joined.
+func joinConfigErrors(errs []*ConfigError) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	var all []error
+	for _, e := range errs[:min(len(errs), maxReportedProblems)] {
+		all = append(all, e)
+	}
+	if n := len(errs) - maxReportedProblems; n > 0 {
+		all = append(all, &ConfigError{Source: errs[0].Source, Problem: fmt.Sprintf("%d more problems not shown", n),
+			Fix: "fix the ones above first"})
+	}
+	return errors.Join(all...)
+}
+
+// SetDefaults fills the fields whose zero value stands for a default:
+// Naming (NamingPrefix), Policy.Engine ("rego"), Principal.ID
+// (DefaultPrincipalID) and each server's CallTimeout (DefaultCallTimeout).
+// LoadConfig and ConfigFromAgentEnv call it; Validate does not, and accepts
+// the zero values. It modifies c.
+func (c *Config) SetDefaults() {
+	c.Naming = cmp.Or(c.Naming, NamingPrefix)
+	c.Policy.Engine = cmp.Or(c.Policy.Engine, "rego")
+	c.Principal.ID = cmp.Or(c.Principal.ID, DefaultPrincipalID)
+	for i := range c.Servers {
+		c.Servers[i].CallTimeout = cmp.Or(c.Servers[i].CallTimeout, DefaultCallTimeout)
+	}
+}
+
+// --- validation ----------------------------------------------------------
+
+// Validate checks c and returns every problem found, as a *ConfigError or
+// several joined; nil means c is usable. It does not apply defaults (see
+// SetDefaults) and does not modify c, so it is safe to call concurrently.
+// Messages name c's source file when c came from LoadConfig.
+func (c *Config) Validate() error {
+	return joinConfigErrors(c.validate())
+}
+
+func (c *Config) validate() []*ConfigError {
+	if c == nil {
+		return []*ConfigError{{Source: "config", Problem: "no configuration", Fix: "load one with LoadConfig"}}
+	}
+	var errs []*ConfigError
+	bad := func(key, problem, fix string) {
+		errs = append(errs, &ConfigError{Source: cmp.Or(c.source, "config"), Key: key, Problem: problem, Fix: fix})
+	}
+	noNUL := func(key, what, s string) {
+		if strings.ContainsRune(s, 0) {
+			bad(key, what+" contains a NUL byte", "remove it: programs cannot receive it")
+		}
+	}
+
+	if len(c.Servers) == 0 {
+		bad("servers", "no servers configured",
+			`add at least one, e.g. servers: [{name: files, command: npx, args: ["-y", "@modelcontextprotocol/server-filesystem", "/srv"]}]`)
+	}
+	firstWithName := map[string]int{}
+	for i, s := range c.Servers {
+		key := indexKey("servers", i)
+		switch j, dup := firstWithName[s.Name]; {
+		case s.Name == "":
+			bad(key+".name", "missing", "name the server with 1–64 letters, digits, '-' or '_', e.g. name: github")
+		case !validName(s.Name, 64):
+			bad(key+".name", fmt.Sprintf("%q is not a valid server name", s.Name), "use 1–64 letters, digits, '-' or '_'")
+		case dup:
+			bad(key+".name", fmt.Sprintf("%q is already the name of servers[%d]", s.Name, j), "give each server its own name")
+		default:
+			firstWithName[s.Name] = i
+			if c.Naming != NamingFirst {
+				for _, p := range reservedToolPrefixes {
+					if strings.HasPrefix(s.Name+prefixSeparator, p) {
+						bad(key+".name", fmt.Sprintf("%q would put its tools under the reserved prefix %q", s.Name, p), "rename the server")
+					}
+				}
+			}
+		}
+		if strings.TrimSpace(s.Command) == "" {
+			bad(key+".command", "missing", "set the program to run, e.g. npx (it is run directly, not through a shell)")
+		}
+		noNUL(key+".command", "the command", s.Command)
+		for j, a := range s.Args {
+			noNUL(indexKey(key+".args", j), "the argument", a)
+		}
+		noNUL(key+".cwd", "the directory", s.Cwd)
+		for _, name := range slices.Sorted(maps.Keys(s.Env)) {
+			if problem := envNameProblem(name); problem != "" {
+				bad(key+".env", "variable "+problem, "use a plain variable name such as LOG_LEVEL")
+			}
+			noNUL(pathKey(key+".env", name), "the value of "+name, s.Env[name])
+		}
+		for _, name := range slices.Sorted(maps.Keys(s.Secrets)) {
+			host := s.Secrets[name]
+			if problem := envNameProblem(name); problem != "" {
+				bad(key+".secrets", "variable "+problem, "map the server's variable name to a host variable name, e.g. GITHUB_TOKEN: GH_PAT")
+				continue
+			}
+			if problem := envNameProblem(host); problem != "" {
+				bad(pathKey(key+".secrets", name), "host variable "+problem, "name the host variable the value is read from, e.g. GH_PAT")
+			}
+			if _, both := s.Env[name]; both {
+				bad(pathKey(key+".secrets", name), name+" is also set in env", "keep it in one place: secrets for values read from the host, env for plain values")
+			}
+		}
+		if s.CallTimeout < 0 {
+			bad(key+".call_timeout", fmt.Sprintf("negative (%s)", s.CallTimeout), fmt.Sprintf(`use a duration such as "30s", or 0 for the default (%s)`, DefaultCallTimeout))
+		}
+	}
+
+	if c.Naming != "" && c.Naming != NamingPrefix && c.Naming != NamingFirst {
+		bad("naming", fmt.Sprintf("%q is not a naming mode", c.Naming),
+			"use prefix (tools exposed as <server>__<tool>) or first (the server listed first wins a name conflict)")
+	}
+	if c.Policy.Engine != "" && c.Policy.Engine != "rego" {
+		bad("policy.engine", fmt.Sprintf("%q is not a policy engine", c.Policy.Engine), "use rego, or leave it out")
+	}
+
+	firstStdio := -1
+	for i, l := range c.Listeners {
+		key := indexKey("listeners", i)
+		switch {
+		case l.Stdio && l.HTTP != "":
+			bad(key, "sets both stdio and http", `split it into two listeners: {stdio: true} and {http: "127.0.0.1:8080"}`)
+		case !l.Stdio && l.HTTP == "":
+			bad(key, "sets neither stdio nor http", `set stdio: true or http: "127.0.0.1:8080"`)
+		case l.Stdio && firstStdio >= 0:
+			bad(key, fmt.Sprintf("a second stdio listener (the first is listeners[%d])", firstStdio), "keep one: there is only one standard input")
+		case l.Stdio:
+			firstStdio = i
+		default:
+			if problem := httpAddrProblem(l.HTTP); problem != "" {
+				bad(key+".http", fmt.Sprintf("%q is not a host:port address (%s)", l.HTTP, problem), `write host:port, e.g. "127.0.0.1:8080"`)
+			}
+		}
+	}
+	return errs
+}
+
+// validName reports whether s is 1–maxLen characters of [A-Za-z0-9_-].
+func validName(s string, maxLen int) bool {
+	if s == "" || len(s) > maxLen {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// envNameProblem says what makes name unusable as an environment variable
+// name, or returns "".
+func envNameProblem(name string) string {
+	switch {
+	case name == "":
+		return "name is empty"
+	case strings.ContainsRune(name, '='):
+		return fmt.Sprintf("name %q contains '='", name)
+	case strings.ContainsRune(name, 0):
+		return fmt.Sprintf("name %q contains a NUL byte", name)
+	}
+	return ""
+}
+
+func httpAddrProblem(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			return ae.Err
+		}
+		return err.Error()
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return "the port must be a number from 0 to 65535"
+	}
+	return ""
+}
+
+// Warnings lists what in c is allowed but probably not intended: servers
+// whose empty allow list leaves none of their tools exposed by the default
+// policy, and HTTP listeners reachable from other hosts. It assumes c is
+// valid.
+func (c *Config) Warnings() []string {
+	source := cmp.Or(c.source, "config")
+	var notes []string
+	for _, s := range c.Servers {
+		if len(s.Tools.Allow) == 0 {
+			notes = append(notes, fmt.Sprintf("%s: server %q: tools.allow is empty, so the default policy exposes none of its tools; "+
+				"list the tools to expose in tools.allow (or AGENT_<Name>_MCP_<N>_ALLOW), or use a policy that allows them", source, s.Name))
+		}
+	}
+	for i, l := range c.Listeners {
+		if l.HTTP == "" || httpAddrProblem(l.HTTP) != "" {
+			continue
+		}
+		host, _, _ := net.SplitHostPort(l.HTTP)
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			notes = append(notes, fmt.Sprintf("%s: listeners[%d].http: %q is reachable from other hosts and HTTP clients are not authenticated; "+
+				"bind 127.0.0.1 unless that is intended", source, i, l.HTTP))
+		}
+	}
+	return notes
+}
