@@ -8,3 +8,6 @@ func WithoutInit(t testing.TB) {
 	prev := initCalled.Swap(false)
 	t.Cleanup(func() { initCalled.Store(prev) })
 }
+
+// DisableInit is WithoutInit for a re-executed test binary's role.
+func DisableInit() { initCalled.Store(false) }

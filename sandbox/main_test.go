@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"testing"
 	"time"
@@ -18,8 +19,11 @@ const roleEnv = "MCPW_SANDBOX_TEST_ROLE"
 
 func TestMain(m *testing.M) {
 	sandbox.Init()
-	if os.Getenv(roleEnv) == "parent" {
+	switch os.Getenv(roleEnv) {
+	case "parent":
 		os.Exit(runParent())
+	case "fds":
+		os.Exit(runListFDs())
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -42,6 +46,28 @@ func runParent() int {
 	fmt.Printf("pid %d pidns %v\n", p.Pid(), p.Confinement().PIDNamespace)
 	time.Sleep(5 * time.Minute) // killed long before
 	return 1
+}
+
+// runListFDs spawns, in the mode named by MCPW_SANDBOX_TEST_MODE, a server
+// that lists its open files, and copies the list to stdout. The test binary
+// was started with an extra inherited fd (see TestInheritedFDsDoNotReachServer).
+func runListFDs() int {
+	if os.Getenv("MCPW_SANDBOX_TEST_MODE") == "direct" {
+		sandbox.DisableInit()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := sandbox.Spawn(ctx, sandbox.Spec{Name: "fds", Command: "ls", Args: []string{"-l", "/proc/self/fd/"}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer p.Close()
+	if _, err := io.Copy(os.Stdout, p.Stdout()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
 
 // treeScript starts a tree in which every process ignores SIGTERM: a child

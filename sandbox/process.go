@@ -76,8 +76,9 @@ func (p *Process) Wait() error {
 // StopGrace, sends SIGTERM to the process group (the init forwards it to the
 // whole namespace), waits StopGrace again, then SIGKILLs. It always ends with
 // SIGKILL to the group, for stragglers, and returns once everything Spawn
-// started has been reaped, at once if the server had already exited. Close is
-// idempotent; concurrent calls all return after the teardown.
+// started has been reaped: at once if the server had already exited, after
+// at most about twice StopGrace otherwise. Close is idempotent; concurrent
+// calls all return after the teardown.
 func (p *Process) Close() error {
 	p.closeOnce.Do(func() { p.closeErr = p.stop() })
 	return p.closeErr
@@ -96,12 +97,13 @@ func (p *Process) stop() error {
 		keep(p.signalGroup(syscall.SIGTERM))
 		if !p.exitedWithin(p.grace) {
 			keep(p.cmd.Process.Kill()) // pidfd-based: cannot hit a reused pid
+			keep(p.signalGroup(syscall.SIGKILL))
 		}
 	}
-	// Members of the group may outlive its leader (without a PID namespace);
-	// the group id stays reserved while any of them lives.
-	keep(p.signalGroup(syscall.SIGKILL))
 	<-p.done
+	// Without a PID namespace, members of the group can outlive its leader;
+	// the group id stays reserved while any of them lives, so this reaches
+	// exactly them.
 	keep(p.signalGroup(syscall.SIGKILL))
 	keep(p.stdout.Close())
 	if err := errors.Join(errs...); err != nil {

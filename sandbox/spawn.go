@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/mcp-warden/mcp-warden/sandbox/internal/environ"
-	"github.com/mcp-warden/mcp-warden/sandbox/internal/nsinit"
 )
 
 // waitDelay bounds how long reaping waits for a descendant that still holds
@@ -27,6 +25,10 @@ var errNoNamespace = errors.New("namespaces unavailable")
 // Spawn has returned, the server runs until it exits or Close is called, and
 // the caller must call Close. A server that cannot be started (program not
 // found, bad Dir, refused variable) yields an error naming the server.
+//
+// Cost: with a PID namespace each server has one extra process, the init (a
+// re-executed copy of this binary, a few MB resident), and Spawn waits for it
+// to report the server started. Spawn is safe for concurrent use.
 func Spawn(ctx context.Context, spec Spec) (*Process, error) {
 	p, err := spawn(ctx, spec, namespaceAttempts())
 	if err != nil {
@@ -102,113 +104,6 @@ func namespaceUnavailable(err error) bool {
 		}
 	}
 	return false
-}
-
-// startInit starts the sandbox init (this binary, as PID 1 of a new PID
-// namespace), hands it the request on fd 3 and waits for its first report.
-func (p *Process) startInit(ctx context.Context, spec Spec, env []string, st *stdio, attr *syscall.SysProcAttr) error {
-	reqR, reqW, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	repR, repW, err := os.Pipe()
-	if err != nil {
-		reqR.Close()
-		reqW.Close()
-		return err
-	}
-	attr.Setpgid = true
-	attr.Pdeathsig = syscall.SIGKILL
-	cmd := &exec.Cmd{
-		Path:        "/proc/self/exe",
-		Args:        []string{nsinit.Arg0, nsinit.Arg1},
-		Env:         []string{}, // the init needs nothing; secrets travel on fd 3
-		Stdin:       st.childIn,
-		Stdout:      st.childOut,
-		Stderr:      spec.Stderr,
-		ExtraFiles:  []*os.File{reqR, repW}, // fds 3 and 4
-		SysProcAttr: attr,
-		WaitDelay:   waitDelay,
-	}
-
-	var final nsinit.Report
-	first := make(chan nsinit.Report, 1)
-	reports := make(chan struct{})
-	status := func(ps *os.ProcessState) error {
-		<-reports
-		if final.Exited {
-			if final.Code == 0 && final.Signal == 0 {
-				return nil
-			}
-			return &ExitError{Name: p.name, Code: final.Code, Signal: syscall.Signal(final.Signal)}
-		}
-		return p.exitError(ps) // the init itself was killed
-	}
-	err = p.start(cmd, status)
-	reqR.Close()
-	repW.Close()
-	if err != nil {
-		reqW.Close()
-		repR.Close()
-		close(reports)
-		if namespaceUnavailable(err) {
-			return fmt.Errorf("%w: %w", errNoNamespace, err)
-		}
-		return fmt.Errorf("start sandbox init: %w", err)
-	}
-
-	go func() {
-		defer close(reports)
-		defer repR.Close()
-		dec := json.NewDecoder(repR)
-		sent := false
-		for {
-			var r nsinit.Report
-			if dec.Decode(&r) != nil {
-				return // EOF: the init is gone
-			}
-			switch {
-			case r.Exited:
-				final = r
-				return
-			case !sent:
-				first <- r
-				sent = true
-			}
-		}
-	}()
-	wrote := make(chan error, 1)
-	go func() {
-		req := nsinit.Request{Command: spec.Command, Args: append([]string{spec.Command}, spec.Args...),
-			Env: env, Dir: spec.Dir, Grace: p.grace}
-		err := json.NewEncoder(reqW).Encode(req)
-		reqW.Close()
-		wrote <- err
-	}()
-
-	var r nsinit.Report
-	select {
-	case r = <-first:
-	case <-reports:
-		select {
-		case r = <-first:
-		default:
-		}
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		<-p.done
-		<-wrote
-		return ctx.Err()
-	}
-	werr := <-wrote
-	if r.Started {
-		return nil
-	}
-	<-p.done
-	if r.Failed != "" {
-		return errors.New(r.Failed)
-	}
-	return fmt.Errorf("sandbox init ended before starting the server (%v; request: %v)", cmd.ProcessState, werr)
 }
 
 // startDirect is the fallback without an init: the server itself is the

@@ -22,9 +22,12 @@ type Spec struct {
 	// Env holds the declared variables (config env and resolved secrets).
 	// They are laid over a fixed base: PATH=/usr/local/bin:/usr/bin:/bin,
 	// HOME=/tmp, LANG=C.UTF-8. The gateway's own environment is never
-	// inherited. Spawn refuses, naming the key, empty keys, keys with '='
-	// or NUL, values with NUL or starting "()", and variables that change
-	// which code runs (LD_*, NODE_OPTIONS, PYTHONPATH, GIT_*, …).
+	// inherited. Spawn refuses, naming the key (never the value), empty
+	// keys, keys with '=' or NUL, values with NUL or starting "()", and
+	// variables that change which code runs or expose a host daemon
+	// (LD_*, GLIBC_TUNABLES, NODE_OPTIONS, PYTHONPATH, GIT_*, BASH_ENV,
+	// npm_config_registry, SSH_AUTH_SOCK, DOCKER_HOST, …). Credential
+	// variables (GITHUB_TOKEN, AWS_*, …) pass: declaring them is the point.
 	Env map[string]string
 	// Stderr receives the server's stderr (nil = discarded). A non-*os.File
 	// writer is fed by a goroutine that ends when the server is reaped.

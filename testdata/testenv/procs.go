@@ -1,15 +1,16 @@
-// Package testenv holds helpers for tests that start processes and must prove
-// none is left behind. goleak sees goroutines, not processes: these helpers
-// tag a process tree with a unique environment variable and scan /proc for it.
-//
-// Linux only. Scanning other users' /proc/<pid>/environ needs root; as
-// another user only that user's processes are seen.
 package testenv
+
+// Process-leak checks. goleak sees goroutines, not processes: these helpers
+// tag a process tree with a unique environment variable and scan /proc for
+// it. Linux only. Reading other users' /proc/<pid>/environ needs root; as
+// another user only that user's processes are seen.
 
 import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -47,10 +48,23 @@ func Marker(t testing.TB) (key, value string) {
 // Proc is a live process seen in /proc.
 type Proc struct {
 	Pid     int
-	Cmdline string // argv joined by spaces
+	Argv    []string
+	Cmdline string // Argv joined by spaces
 }
 
 func (p Proc) String() string { return fmt.Sprintf("%d (%s)", p.Pid, p.Cmdline) }
+
+// runs reports whether p runs command: its command line, with argv[0]
+// shortened to its base name, equals command or starts with it and a space.
+// So "sleep 1001" matches "/usr/bin/sleep 1001" but not a shell whose script
+// merely mentions "sleep 1001", and "stubborn" matches "/x/stubborn -child".
+func (p Proc) runs(command string) bool {
+	if len(p.Argv) == 0 {
+		return false
+	}
+	short := strings.Join(append([]string{filepath.Base(p.Argv[0])}, p.Argv[1:]...), " ")
+	return short == command || strings.HasPrefix(short, command+" ")
+}
 
 // Processes returns the live processes, other than the caller, whose
 // environment holds key=value. Zombies have no environment and are skipped.
@@ -72,7 +86,8 @@ func Processes(key, value string) []Proc {
 		}
 		for _, kv := range bytes.Split(env, []byte{0}) {
 			if bytes.Equal(kv, want) {
-				out = append(out, Proc{Pid: pid, Cmdline: cmdline(pid)})
+				argv := readArgv(pid)
+				out = append(out, Proc{Pid: pid, Argv: argv, Cmdline: strings.Join(argv, " ")})
 				break
 			}
 		}
@@ -80,15 +95,17 @@ func Processes(key, value string) []Proc {
 	return out
 }
 
-// WaitProcesses polls until, for each of substrings, a process carrying
-// key=value has a command line containing it, and returns all processes
-// carrying the marker. It fails the test after Timeout.
-func WaitProcesses(t testing.TB, key, value string, substrings ...string) []Proc {
+// WaitProcesses polls until each of commands is run by a distinct process
+// carrying key=value (see Proc.runs for the match: base name of argv[0] and
+// leading arguments, e.g. "sleep 1001"; listing a command twice asks for two
+// processes), and returns all processes carrying the marker. It fails the
+// test after Timeout.
+func WaitProcesses(t testing.TB, key, value string, commands ...string) []Proc {
 	t.Helper()
 	deadline := time.Now().Add(Timeout)
 	for {
 		procs := Processes(key, value)
-		missing := missingCmdlines(procs, substrings)
+		missing := unmatched(procs, commands)
 		if len(missing) == 0 {
 			return procs
 		}
@@ -99,15 +116,23 @@ func WaitProcesses(t testing.TB, key, value string, substrings ...string) []Proc
 	}
 }
 
-func missingCmdlines(procs []Proc, substrings []string) []string {
+// unmatched pairs commands with distinct processes, longest command first
+// (a process that runs "a b" also runs "a"), and returns those left over.
+func unmatched(procs []Proc, commands []string) []string {
+	commands = slices.Clone(commands)
+	slices.SortStableFunc(commands, func(a, b string) int { return len(b) - len(a) })
+	used := make([]bool, len(procs))
 	var missing []string
-	for _, s := range substrings {
+	for _, c := range commands {
 		found := false
-		for _, p := range procs {
-			found = found || strings.Contains(p.Cmdline, s)
+		for i, p := range procs {
+			if !used[i] && p.runs(c) {
+				used[i], found = true, true
+				break
+			}
 		}
 		if !found {
-			missing = append(missing, s)
+			missing = append(missing, c)
 		}
 	}
 	return missing
@@ -146,7 +171,8 @@ func RequireGone(t testing.TB, pids ...int) {
 		var alive []Proc
 		for _, pid := range pids {
 			if running(pid) {
-				alive = append(alive, Proc{Pid: pid, Cmdline: cmdline(pid)})
+				argv := readArgv(pid)
+				alive = append(alive, Proc{Pid: pid, Argv: argv, Cmdline: strings.Join(argv, " ")})
 			}
 		}
 		if len(alive) == 0 {
@@ -178,10 +204,10 @@ func running(pid int) bool {
 	return state != 'Z' && state != 'X'
 }
 
-func cmdline(pid int) string {
+func readArgv(pid int) []string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil {
-		return "?"
+	if err != nil || len(b) == 0 {
+		return nil
 	}
-	return strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
 }

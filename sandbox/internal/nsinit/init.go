@@ -24,7 +24,7 @@ func Main() {
 	if err != nil {
 		fail(report, ExitInitFailed, fmt.Sprintf("sandbox init: read request: %v", err))
 	}
-	closeInheritedFDs()
+	CloseInheritedOnExec()
 
 	// Subscribe before starting the server so that no SIGCHLD or stop signal
 	// is lost. As PID 1 the init gets no default actions: only these arrive.
@@ -119,9 +119,12 @@ func readRequest() (*Request, error) {
 	return &req, nil
 }
 
-// closeInheritedFDs marks every fd above stderr close-on-exec so that the
-// server inherits only 0, 1 and 2, whatever the gateway itself inherited.
-func closeInheritedFDs() {
+// CloseInheritedOnExec marks every fd above stderr close-on-exec, so that a
+// child started without an explicit list of files inherits only 0, 1 and 2,
+// whatever this process itself inherited (cf. runc CVE-2024-21626). The fds
+// stay usable here; files handed over on purpose (os/exec Stdin, ExtraFiles)
+// are dup2'ed in the child, which clears the flag.
+func CloseInheritedOnExec() {
 	if unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
 		return
 	}
