@@ -22,7 +22,8 @@ deps:
 
 vet:
 	$(GO) vet ./...
-	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" >&2; exit 1)
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then \
+		echo "$$unformatted"; echo "gofmt: the files above need formatting (gofmt -w)" >&2; exit 1; fi
 
 test: deps vet
 	$(GO) test $(TESTFLAGS) ./...
