@@ -35,7 +35,7 @@ func Init() {
 // startInit starts the sandbox init (this binary re-executed, PID 1 of the
 // namespaces in attr), hands it the request on fd 3 and waits, bounded by
 // ctx, for its first report on fd 4.
-func (p *Process) startInit(ctx context.Context, spec Spec, env []string, st *stdio, attr *syscall.SysProcAttr) error {
+func (p *Process) startInit(ctx context.Context, spec Spec, env []string, st *stdio, attr *syscall.SysProcAttr, confine *nsinit.Confine) error {
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -80,6 +80,7 @@ func (p *Process) startInit(ctx context.Context, spec Spec, env []string, st *st
 			Env:     env,
 			Dir:     spec.Dir,
 			Grace:   p.grace,
+			Confine: confine,
 		})
 		reqW.Close()
 		wrote <- err // the init reads to EOF before it reports, or dies (EPIPE)
@@ -94,6 +95,7 @@ func (p *Process) startInit(ctx context.Context, spec Spec, env []string, st *st
 	}
 	werr := <-wrote
 	if first.Started {
+		p.achieved = first.Achieved
 		return nil
 	}
 	<-p.done

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/mcp-warden/mcp-warden/sandbox/internal/cgroup"
+	"github.com/mcp-warden/mcp-warden/sandbox/internal/nsinit"
 )
 
 // Process is a running server. Its methods are safe for concurrent use.
@@ -19,8 +22,10 @@ type Process struct {
 	stdin       *os.File // gateway's end of the server's stdin
 	stdout      *os.File // gateway's end of the server's stdout
 
-	cmd *exec.Cmd
-	pid int // also the process-group id (Setpgid)
+	cmd      *exec.Cmd
+	pid      int              // also the process-group id (Setpgid)
+	achieved *nsinit.Achieved // what the init reported setting up
+	cgroup   *cgroup.Group    // nil without a cgroup of its own
 
 	done    chan struct{} // closed once reaped; exitErr is set before
 	exitErr error
@@ -98,6 +103,9 @@ func (p *Process) stop() error {
 		if !p.exitedWithin(p.grace) {
 			keep(p.cmd.Process.Kill()) // pidfd-based: cannot hit a reused pid
 			keep(p.signalGroup(syscall.SIGKILL))
+			if p.cgroup != nil {
+				keep(p.cgroup.Kill())
+			}
 		}
 	}
 	<-p.done
@@ -105,6 +113,9 @@ func (p *Process) stop() error {
 	// the group id stays reserved while any of them lives, so this reaches
 	// exactly them.
 	keep(p.signalGroup(syscall.SIGKILL))
+	if p.cgroup != nil {
+		keep(p.cgroup.Close())
+	}
 	keep(p.stdout.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close %q: %w", p.name, err)

@@ -6,11 +6,19 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/mcp-warden/mcp-warden/sandbox/internal/cgroup"
 	"github.com/mcp-warden/mcp-warden/sandbox/internal/environ"
+	"github.com/mcp-warden/mcp-warden/sandbox/internal/nsinit"
 )
 
 // waitDelay bounds how long reaping waits for a descendant that still holds
@@ -21,23 +29,57 @@ const waitDelay = time.Second
 // are not available here": Spawn then falls back to a direct child.
 var errNoNamespace = errors.New("namespaces unavailable")
 
-// Spawn starts the server described by spec. ctx bounds the start only: once
-// Spawn has returned, the server runs until it exits or Close is called, and
-// the caller must call Close. A server that cannot be started (program not
-// found, bad Dir, refused variable) yields an error naming the server.
+// Spawn starts the server described by spec, confined by spec.Profile. ctx
+// bounds the start only: once Spawn has returned, the server runs until it
+// exits or Close is called, and the caller must call Close. A server that
+// cannot be started (program not found, bad Dir, refused variable, invalid
+// profile) yields an error naming the server; with ModeRequire, so does a
+// server that would run less than fully confined (*UnconfinedError).
 //
-// Cost: with a PID namespace each server has one extra process, the init (a
-// re-executed copy of this binary, a few MB resident), and Spawn waits for it
-// to report the server started. Spawn is safe for concurrent use.
+// Cost: each server has one extra process, the init (a re-executed copy of
+// this binary, a few MB resident), and Spawn waits for it to report the
+// server started. Spawn is safe for concurrent use.
 func Spawn(ctx context.Context, spec Spec) (*Process, error) {
-	p, err := spawn(ctx, spec, namespaceAttempts())
+	if err := spec.Profile.Validate(); err != nil {
+		return nil, fmt.Errorf("spawn %q: %w", spec.Name, err)
+	}
+	prof := spec.Profile.withDefaults()
+	p, err := spawn(ctx, spec, prof, namespaceAttempts(prof))
 	if err != nil {
 		return nil, fmt.Errorf("spawn %q: %w", spec.Name, err)
+	}
+	if prof.Mode == ModeRequire && p.confinement.Level != LevelStrong {
+		_ = p.Close()
+		return nil, fmt.Errorf("spawn %q: %w", spec.Name, &UnconfinedError{Missing: p.confinement.Missing})
 	}
 	return p, nil
 }
 
-func spawn(ctx context.Context, spec Spec, attempts []*syscall.SysProcAttr) (*Process, error) {
+// UnconfinedError refuses a server whose profile requires full confinement
+// the kernel cannot give; Missing names each gap with its reason.
+type UnconfinedError struct {
+	Missing []string
+}
+
+func (e *UnconfinedError) Error() string {
+	return "confinement required but not achieved: " + strings.Join(e.Missing, "; ")
+}
+
+// Confinement levels.
+const (
+	LevelStrong  = "strong"
+	LevelPartial = "partial"
+	LevelWeak    = "weak"
+)
+
+// attempt is one way of starting the init, best first.
+type attempt struct {
+	attr                          *syscall.SysProcAttr
+	userNS, mountNS, netNS, ipcNS bool // utsNS goes with ipcNS
+	serverUID                     int  // uid inside the namespace the server runs as, -1 = the init's
+}
+
+func spawn(ctx context.Context, spec Spec, prof Profile, attempts []attempt) (*Process, error) {
 	if spec.Command == "" {
 		return nil, errors.New("no command")
 	}
@@ -54,44 +96,241 @@ func spawn(ctx context.Context, spec Spec, attempts []*syscall.SysProcAttr) (*Pr
 	}
 	defer st.closeChildEnds() // the started process holds its own copies
 
-	for _, attr := range attempts {
+	var missing []string
+	var group *cgroup.Group
+	if len(attempts) > 0 {
+		group, err = cgroup.New(cgroup.Detect(), "srv", int64(prof.Limits.MemoryMiB)<<20, prof.Limits.Processes)
+		if err != nil {
+			missing = append(missing, "cgroup: "+err.Error())
+		}
+	}
+	for _, at := range attempts {
 		p := newProcess(spec, st)
-		err := p.startInit(ctx, spec, env, st, attr)
+		if group != nil {
+			at.attr.UseCgroupFD, at.attr.CgroupFD = true, group.FD()
+		}
+		err := p.startInit(ctx, spec, env, st, at.attr, confineRequest(spec, prof, env, at, group))
 		if err == nil {
-			p.confinement.PIDNamespace = true
+			p.cgroup = group
+			p.confinement = achievedConfinement(prof, at, group, p.achieved, missing)
 			return p, nil
 		}
 		if !errors.Is(err, errNoNamespace) {
 			st.closeParentEnds()
+			closeGroup(group)
 			return nil, err
 		}
+		missing = append(missing, fmt.Sprintf("%s: %v", describeAttempt(at), errors.Unwrap(err)))
 	}
+	closeGroup(group)
 	p := newProcess(spec, st)
 	if err := p.startDirect(spec, env, st); err != nil {
 		st.closeParentEnds()
 		return nil, err
 	}
+	p.confinement = achievedConfinement(prof, attempt{}, nil, nil, append(missing, "sandbox init: not used (Init not called or no namespace)"))
 	return p, nil
 }
 
-// namespaceAttempts lists the init's namespace settings to try, best first.
-// Namespaces beyond PID (mount, network, IPC, UTS, cgroup) join here.
-func namespaceAttempts() []*syscall.SysProcAttr {
+func closeGroup(g *cgroup.Group) {
+	if g != nil {
+		_ = g.Close()
+	}
+}
+
+func describeAttempt(at attempt) string {
+	if at.userNS {
+		return "user namespace"
+	}
+	if at.mountNS {
+		return "namespaces"
+	}
+	return "pid namespace"
+}
+
+// serverUIDs hands each server of a root gateway its own unprivileged host
+// uid, so that RLIMIT_NPROC counts only that server's tasks and the server
+// owns none of the host's files.
+var serverUIDs atomic.Uint32
+
+const (
+	serverUIDBase  = 200000
+	serverUIDRange = 100000
+	innerServerUID = 1000 // the server's uid inside its user namespace
+)
+
+func nextServerUID() int {
+	n := serverUIDs.Add(1)
+	return serverUIDBase + int((uint32(os.Getpid())*101+n)%serverUIDRange)
+}
+
+// namespaceAttempts lists the init's namespace settings to try, best first:
+// every namespace in a user namespace; as root, the same without a user
+// namespace; a PID namespace alone.
+func namespaceAttempts(prof Profile) []attempt {
 	if !initCalled.Load() {
 		return nil
 	}
-	if os.Geteuid() == 0 {
-		return []*syscall.SysProcAttr{{Cloneflags: syscall.CLONE_NEWPID}}
+	base := uintptr(syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP)
+	net := prof.Network == NetworkNone
+	if net {
+		base |= syscall.CLONE_NEWNET
 	}
-	// Unprivileged: a user namespace mapping only our own ids, to the same
-	// ids inside, so the init and the server hold no capabilities.
 	uid, gid := os.Geteuid(), os.Getegid()
-	return []*syscall.SysProcAttr{{
-		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
+	if uid != 0 {
+		// Unprivileged: only our own ids can be mapped; the server keeps
+		// them (as root inside, with no capabilities).
+		userns := func(flags uintptr) *syscall.SysProcAttr {
+			return &syscall.SysProcAttr{
+				Cloneflags:                 syscall.CLONE_NEWUSER | flags,
+				UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
+				GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
+				GidMappingsEnableSetgroups: false,
+				Credential:                 &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+			}
+		}
+		return []attempt{
+			{attr: userns(base), userNS: true, mountNS: true, netNS: net, ipcNS: true, serverUID: -1},
+			{attr: userns(syscall.CLONE_NEWPID), userNS: true, serverUID: -1},
+		}
+	}
+	host := nextServerUID()
+	// Root: the init is root inside (host root, with capabilities only
+	// over its own namespaces) so that it can read what the gateway can;
+	// the server runs as innerServerUID, which is host uid `host`.
+	full := &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | base,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1},
+			{ContainerID: innerServerUID, HostID: host, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1},
+			{ContainerID: innerServerUID, HostID: host, Size: 1}},
 		GidMappingsEnableSetgroups: false,
-	}}
+		Credential:                 &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+	}
+	return []attempt{
+		{attr: full, userNS: true, mountNS: true, netNS: net, ipcNS: true, serverUID: innerServerUID},
+		{attr: &syscall.SysProcAttr{Cloneflags: base}, mountNS: true, netNS: net, ipcNS: true, serverUID: host},
+		{attr: &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}, serverUID: host},
+	}
+}
+
+// confineRequest is what the init is asked to set up for one attempt.
+func confineRequest(spec Spec, prof Profile, env []string, at attempt, group *cgroup.Group) *nsinit.Confine {
+	c := &nsinit.Confine{
+		Mount:          at.mountNS,
+		LoopbackUp:     at.netNS,
+		Landlock:       true,
+		MinLandlockABI: prof.MinLandlockABI,
+		ReadOnly:       append(slices.Clone(DefaultReadOnly), prof.ReadOnly...),
+		ReadWrite:      append([]string{"/tmp", "/var/tmp", "/dev/shm"}, prof.ReadWrite...),
+		Seccomp:        true,
+		UID:            at.serverUID,
+		GID:            at.serverUID,
+	}
+	if at.mountNS {
+		c.MaskDirs = maskedDirs
+		c.Expose = exposedPaths(spec, prof, env)
+	} else {
+		// Without a private tmpfs, /tmp is the host's: no write access.
+		c.ReadWrite = prof.ReadWrite
+	}
+	if at.ipcNS {
+		c.Hostname = hostname(spec.Name)
+	}
+	l := prof.Limits
+	mib := func(n int) uint64 { return uint64(n) << 20 }
+	c.Rlimits = []nsinit.Rlimit{
+		{Resource: unix.RLIMIT_NOFILE, Value: uint64(l.OpenFiles)},
+		{Resource: unix.RLIMIT_FSIZE, Value: mib(l.FileSizeMiB)},
+		{Resource: unix.RLIMIT_CORE, Value: 0},
+	}
+	if l.CPUSeconds > 0 {
+		c.Rlimits = append(c.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_CPU, Value: uint64(l.CPUSeconds)})
+	}
+	if group == nil || !cgroup.Detect().Limits {
+		// Per process and per uid: fallbacks for the cgroup's limits.
+		c.Rlimits = append(c.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_DATA, Value: mib(l.MemoryMiB)})
+		if at.serverUID >= 0 {
+			c.Rlimits = append(c.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(l.Processes)})
+		}
+	}
+	return c
+}
+
+// exposedPaths are the paths the server is given that lie under a masked
+// directory: they are mounted back into its private view.
+func exposedPaths(spec Spec, prof Profile, env []string) []string {
+	cands := append(append(slices.Clone(prof.ReadOnly), prof.ReadWrite...), spec.Dir)
+	if path, err := environ.Resolve(spec.Command, env, spec.Dir); err == nil {
+		cands = append(cands, path)
+	}
+	for _, a := range spec.Args {
+		if filepath.IsAbs(a) {
+			cands = append(cands, a)
+		}
+	}
+	var out []string
+	for _, c := range cands {
+		c = filepath.Clean(c)
+		for _, m := range maskedDirs {
+			if strings.HasPrefix(c, m+"/") && !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+func hostname(name string) string {
+	h := "mcp-" + strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, name)
+	return h[:min(len(h), 63)]
+}
+
+// achievedConfinement sums up what one start achieved.
+func achievedConfinement(prof Profile, at attempt, group *cgroup.Group, a *nsinit.Achieved, missing []string) Confinement {
+	c := Confinement{ProcessGroup: true, ParentDeathSignal: true, PIDNamespace: at.attr != nil,
+		UserNamespace: at.userNS, NetworkNamespace: at.netNS, IPCNamespace: at.ipcNS, UTSNamespace: at.ipcNS,
+		Network: string(NetworkHost)}
+	if at.netNS {
+		c.Network = string(NetworkNone)
+	}
+	if a != nil {
+		c.MountNamespace = at.mountNS && a.Mount
+		c.Landlock = a.Landlock
+		c.Seccomp = a.Seccomp
+		c.NoNewPrivs = a.NoNewPrivs
+		c.CapabilitiesDropped = a.CapabilitiesDropped
+		missing = append(missing, a.Missing...)
+	}
+	if group != nil {
+		c.Cgroup = "kill"
+		if cgroup.Detect().Limits {
+			c.Cgroup = "limits"
+		}
+	}
+	if c.PIDNamespace && !c.MountNamespace && at.mountNS && a != nil && len(a.Missing) == 0 {
+		missing = append(missing, "mount namespace: not set up")
+	}
+	strong := c.PIDNamespace && c.UserNamespace && c.MountNamespace && c.IPCNamespace && c.UTSNamespace &&
+		(c.NetworkNamespace || prof.Network == NetworkHost) &&
+		c.Landlock >= prof.MinLandlockABI && c.Seccomp && c.NoNewPrivs && c.CapabilitiesDropped
+	switch {
+	case strong:
+		c.Level = LevelStrong
+		c.Missing = nil
+	case c.PIDNamespace || c.Landlock > 0 || c.Seccomp:
+		c.Level = LevelPartial
+		c.Missing = missing
+	default:
+		c.Level = LevelWeak
+		c.Missing = missing
+	}
+	return c
 }
 
 // namespaceUnavailable tells clone/exec refusals of the init (no privilege,

@@ -32,6 +32,9 @@ type Spec struct {
 	// Stderr receives the server's stderr (nil = discarded). A non-*os.File
 	// writer is fed by a goroutine that ends when the server is reaped.
 	Stderr io.Writer
+	// Profile is the confinement asked for (the zero Profile is the
+	// default; see Profile).
+	Profile Profile
 	// StopGrace is how long Close waits after closing stdin, and again
 	// after SIGTERM, before escalating (0 = 2s).
 	StopGrace time.Duration
@@ -55,6 +58,40 @@ type Confinement struct {
 	// EnvironmentInherited: the server saw the gateway's environment.
 	// Always false: the environment is built from Spec.Env and a fixed base.
 	EnvironmentInherited bool
+
+	// UserNamespace: the server runs in its own user namespace, as an
+	// unprivileged uid of its own when the gateway is root.
+	UserNamespace bool
+	// MountNamespace: private mounts, a fresh /proc and empty tmpfs over
+	// /tmp, /var/tmp, /run, /dev/shm.
+	MountNamespace bool
+	// NetworkNamespace: an empty network namespace (Network "none").
+	NetworkNamespace bool
+	// IPCNamespace and UTSNamespace: own System V IPC and host name.
+	IPCNamespace bool
+	UTSNamespace bool
+	// Landlock is the Landlock ABI version enforcing the filesystem rules
+	// (0: none, or below the profile's MinLandlockABI).
+	Landlock int
+	// Seccomp: the syscall denylist and the 32-bit/x32 guard are loaded.
+	Seccomp bool
+	// NoNewPrivs: setuid/file capabilities cannot raise privileges.
+	NoNewPrivs bool
+	// CapabilitiesDropped: empty capability sets, bounding set included.
+	CapabilitiesDropped bool
+	// Cgroup is "limits" (own cgroup v2 with memory and pids limits and
+	// cgroup.kill), "kill" (own cgroup, cgroup.kill only; limits by rlimit)
+	// or "" (no cgroup; limits by rlimit).
+	Cgroup string
+	// Network is the network the server sees: "none" or "host".
+	Network string
+	// Level sums it up: "strong" (every namespace, Landlock at or above the
+	// floor, seccomp, no_new_privs, no capabilities), "partial" (some) or
+	// "weak" (process group and parent-death signal only).
+	Level string
+	// Missing names the protections asked for and not achieved, with the
+	// kernel's reason; empty at level strong.
+	Missing []string
 }
 
 // ExitError reports a server that did not exit with status 0.

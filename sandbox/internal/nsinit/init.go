@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -19,6 +20,9 @@ import (
 // Main runs the init and exits the process; it never returns. It must run
 // before anything else in the binary: it is called from sandbox.Init.
 func Main() {
+	// Confinement is per thread: the thread that sets it up must be the one
+	// that forks the server, so the main goroutine keeps this thread.
+	runtime.LockOSThread()
 	report := os.NewFile(ReportFD, "report")
 	req, err := readRequest()
 	if err != nil {
@@ -35,18 +39,25 @@ func Main() {
 	if err != nil {
 		fail(report, ExitCannotStart, err.Error())
 	}
+	attr := &syscall.ProcAttr{Dir: req.Dir, Env: req.Env, Files: []uintptr{0, 1, 2}}
+	var achieved *Achieved
+	if c := req.Confine; c != nil {
+		achieved = confine(c, path, req.Args, req.Env)
+		if c.UID >= 0 {
+			// From uid 0 to another, the kernel clears the server's
+			// capabilities; setgroups is denied in the namespace.
+			attr.Sys = &syscall.SysProcAttr{Credential: &syscall.Credential{
+				Uid: uint32(c.UID), Gid: uint32(c.GID), NoSetGroups: true}}
+		}
+	}
 	// No Pdeathsig for the server: when the init dies the kernel kills the
 	// whole namespace anyway.
-	pid, err := syscall.ForkExec(path, req.Args, &syscall.ProcAttr{
-		Dir:   req.Dir,
-		Env:   req.Env,
-		Files: []uintptr{0, 1, 2},
-	})
+	pid, err := syscall.ForkExec(path, req.Args, attr)
 	if err != nil {
 		fail(report, ExitCannotStart, fmt.Sprintf("command %q: exec %s: %v", req.Command, path, err))
 	}
 	releaseStdio()
-	send(report, Report{Started: true, Pid: pid})
+	send(report, Report{Started: true, Pid: pid, Achieved: achieved})
 
 	var (
 		server   unix.WaitStatus

@@ -45,6 +45,53 @@ type Request struct {
 	// Grace bounds how long the init waits, after a stop signal, for the
 	// rest of the namespace once the server itself has exited.
 	Grace time.Duration `json:"grace"`
+	// Confine is the confinement to set up before starting the server;
+	// nil for a PID namespace only.
+	Confine *Confine `json:"confine,omitempty"`
+}
+
+// Confine is what the init sets up, in this order: mounts, host name,
+// loopback, rlimits, capabilities, Landlock, seccomp, credentials.
+type Confine struct {
+	// Mount: the init is in its own mount namespace: make every mount
+	// private, mount a fresh /proc and an empty tmpfs over each of
+	// MaskDirs, with Expose paths (under them) mounted back.
+	Mount    bool     `json:"mount,omitempty"`
+	MaskDirs []string `json:"mask_dirs,omitempty"`
+	Expose   []string `json:"expose,omitempty"`
+	// Hostname is set when the init has its own UTS namespace.
+	Hostname string `json:"hostname,omitempty"`
+	// LoopbackUp: bring lo up in the init's own network namespace.
+	LoopbackUp bool `json:"loopback_up,omitempty"`
+	// Rlimits are set on the init and inherited by the server.
+	Rlimits []Rlimit `json:"rlimits,omitempty"`
+	// ReadOnly and ReadWrite are the Landlock rules; the server's program
+	// and its interpreter chain are added by the init.
+	Landlock       bool     `json:"landlock,omitempty"`
+	MinLandlockABI int      `json:"min_landlock_abi,omitempty"`
+	ReadOnly       []string `json:"read_only,omitempty"`
+	ReadWrite      []string `json:"read_write,omitempty"`
+	// Seccomp loads the denylist and the architecture guard.
+	Seccomp bool `json:"seccomp,omitempty"`
+	// UID and GID the server runs as inside the namespace (-1: the init's).
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+}
+
+// Rlimit is one resource limit (a RLIMIT_* number).
+type Rlimit struct {
+	Resource int    `json:"resource"`
+	Value    uint64 `json:"value"` // soft and hard
+}
+
+// Achieved is what the init actually set up, reported with Started.
+type Achieved struct {
+	Mount               bool     `json:"mount,omitempty"`
+	Landlock            int      `json:"landlock,omitempty"` // ABI version enforced
+	Seccomp             bool     `json:"seccomp,omitempty"`
+	NoNewPrivs          bool     `json:"no_new_privs,omitempty"`
+	CapabilitiesDropped bool     `json:"capabilities_dropped,omitempty"`
+	Missing             []string `json:"missing,omitempty"` // protections that failed, with the reason
 }
 
 // Report is one message from the init. The first is either Started or
@@ -52,6 +99,8 @@ type Request struct {
 type Report struct {
 	Started bool   `json:"started,omitempty"`
 	Pid     int    `json:"pid,omitempty"` // server pid inside the namespace
+	// Achieved comes with Started when the request asked to Confine.
+	Achieved *Achieved `json:"achieved,omitempty"`
 	Failed  string `json:"failed,omitempty"`
 	Exited  bool   `json:"exited,omitempty"`
 	Code    int    `json:"code,omitempty"`   // exit status, -1 if signalled

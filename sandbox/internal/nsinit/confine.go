@@ -1,0 +1,320 @@
+package nsinit
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
+)
+
+// confine applies c to the init in the order of runc's and nsjail's inits
+// (mounts, host name, network, rlimits, capabilities, Landlock, seccomp) and
+// returns what it achieved. A protection that fails is named in Missing and
+// the rest still applies: the parent decides whether a gap refuses the
+// server. program is the server's resolved executable, args its argv.
+//
+// It must run on the goroutine (locked to its thread) that then forks the
+// server: Landlock and seccomp are synchronised to every thread, but the
+// thread that forks is the one whose state the server inherits.
+func confine(c *Confine, program string, args, env []string) *Achieved {
+	a := &Achieved{}
+	miss := func(what string, err error) {
+		a.Missing = append(a.Missing, fmt.Sprintf("%s: %v", what, err))
+	}
+	if c.Mount {
+		if err := mountPrivate(c.MaskDirs, c.Expose); err != nil {
+			miss("mount namespace", err)
+		} else {
+			a.Mount = true
+		}
+	}
+	if c.Hostname != "" {
+		if err := unix.Sethostname([]byte(c.Hostname)); err != nil {
+			miss("uts namespace", fmt.Errorf("sethostname: %w", err))
+		}
+	}
+	if c.LoopbackUp {
+		if err := loopbackUp(); err != nil {
+			miss("network namespace", fmt.Errorf("loopback up: %w", err))
+		}
+	}
+	for _, r := range c.Rlimits {
+		// syscall.Setrlimit, not unix: it also updates the NOFILE value Go
+		// would otherwise restore in the child.
+		if err := syscall.Setrlimit(r.Resource, &syscall.Rlimit{Cur: r.Value, Max: r.Value}); err != nil {
+			miss(fmt.Sprintf("rlimit %d", r.Resource), err)
+		}
+	}
+	if c.Landlock {
+		ro := append(slices.Clone(c.ReadOnly), executionChain(program, args, env)...)
+		abi, err := restrictPaths(ro, c.ReadWrite, c.MinLandlockABI, !c.LoopbackUp)
+		if err != nil {
+			miss("landlock", err)
+		} else {
+			a.Landlock = abi
+		}
+	}
+	if err := dropBoundingSet(); err != nil {
+		miss("capabilities", err)
+	} else {
+		a.CapabilitiesDropped = true
+	}
+	if c.Seccomp {
+		if err := loadSeccomp(); err != nil {
+			miss("seccomp", err)
+		} else {
+			a.Seccomp = true
+		}
+	}
+	if err := psxPrctl(unix.PR_SET_NO_NEW_PRIVS, 1); err != nil {
+		miss("no_new_privs", err)
+	}
+	if v, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0); err == nil && v == 1 {
+		a.NoNewPrivs = true
+	}
+	return a
+}
+
+// mountPrivate stops mount propagation to and from the host, mounts a /proc
+// of the init's own PID namespace and an empty tmpfs over each masked
+// directory, and mounts the exposed paths (clones of the host's, taken
+// before masking) back at their places.
+func mountPrivate(mask, expose []string) error {
+	if err := unix.Mount("", "/", "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make / private: %w", err)
+	}
+	type clone struct {
+		path string
+		fd   int
+		dir  bool
+	}
+	var clones []clone
+	defer func() {
+		for _, c := range clones {
+			unix.Close(c.fd)
+		}
+	}()
+	for _, p := range expose {
+		st, err := os.Stat(p)
+		if err != nil {
+			continue // missing paths are ignored, as in the Landlock rules
+		}
+		fd, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			return fmt.Errorf("clone %s: %w", p, err)
+		}
+		clones = append(clones, clone{p, fd, st.IsDir()})
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	for _, d := range mask {
+		if st, err := os.Lstat(d); err != nil || !st.IsDir() {
+			continue // absent, or a symlink into another masked directory
+		}
+		if err := unix.Mount("tmpfs", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=256m,nr_inodes=65536"); err != nil {
+			return fmt.Errorf("mount tmpfs on %s: %w", d, err)
+		}
+	}
+	for _, c := range clones {
+		if c.dir {
+			if err := os.MkdirAll(c.path, 0o755); err != nil {
+				return fmt.Errorf("expose %s: %w", c.path, err)
+			}
+		} else {
+			if err := os.MkdirAll(filepath.Dir(c.path), 0o755); err != nil {
+				return fmt.Errorf("expose %s: %w", c.path, err)
+			}
+			if f, err := os.OpenFile(c.path, os.O_CREATE|os.O_RDONLY, 0o644); err == nil {
+				f.Close()
+			}
+		}
+		if err := unix.MoveMount(c.fd, "", unix.AT_FDCWD, c.path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("expose %s: %w", c.path, err)
+		}
+	}
+	return nil
+}
+
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// restrictPaths enforces Landlock with read-only and read-write path rules,
+// scoping (abstract unix sockets, signals) and, when handleNet, every TCP
+// bind and connect denied. It refuses an ABI below floor, because
+// BestEffort would otherwise succeed silently with no Landlock at all.
+func restrictPaths(ro, rw []string, floor int, handleNet bool) (int, error) {
+	abi, err := llsys.LandlockGetABIVersion()
+	if err != nil {
+		return 0, fmt.Errorf("unavailable: %w", err)
+	}
+	if abi < floor {
+		return 0, fmt.Errorf("ABI %d below the required %d", abi, floor)
+	}
+	roDirs, roFiles := splitDirs(ro)
+	rwDirs, rwFiles := splitDirs(rw)
+	cfg := landlock.V11.BestEffort()
+	if !handleNet {
+		cfg.HandledAccessNet = 0
+	}
+	rules := []landlock.Rule{
+		landlock.RODirs(roDirs...), landlock.ROFiles(roFiles...),
+		landlock.RWDirs(rwDirs...), landlock.RWFiles(rwFiles...),
+		// Writing to /dev/null and friends is not a way out.
+		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full").IgnoreIfMissing(),
+	}
+	if err := cfg.Restrict(rules...); err != nil {
+		return 0, err
+	}
+	return abi, nil
+}
+
+// splitDirs sorts existing paths into directories and other files (Landlock
+// refuses directory rights on a file); missing paths are dropped.
+func splitDirs(paths []string) (dirs, files []string) {
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		switch {
+		case err != nil:
+		case st.IsDir():
+			dirs = append(dirs, p)
+		default:
+			files = append(files, p)
+		}
+	}
+	return dirs, files
+}
+
+// executionChain lists what the server needs to read to run at all: its
+// program, the interpreter chain of scripts ("#!/usr/bin/env node" → env →
+// node), and the scripts named on its command line, with the whole package
+// tree (the directory holding node_modules) when a script lives in one.
+func executionChain(program string, args, env []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		if p != "" && !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	next := program
+	for range 4 { // env → interpreter → interpreter's own interpreter
+		if next == "" {
+			break
+		}
+		add(next)
+		if real, err := filepath.EvalSymlinks(next); err == nil {
+			add(real)
+		}
+		interp, arg := shebang(next)
+		if filepath.Base(interp) == "env" && arg != "" {
+			add(interp)
+			interp = lookPath(arg, path)
+		}
+		next = interp
+	}
+	for _, a := range args[1:] {
+		if !filepath.IsAbs(a) {
+			continue
+		}
+		st, err := os.Stat(a)
+		if err != nil || !st.Mode().IsRegular() {
+			continue
+		}
+		add(a)
+		if root, _, ok := strings.Cut(a, "/node_modules/"); ok && root != "" {
+			add(root)
+		}
+	}
+	return out
+}
+
+// shebang returns the interpreter and its single argument named on a
+// script's first line, or "" for a binary.
+func shebang(path string) (interp, arg string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", ""
+	}
+	defer f.Close()
+	buf := make([]byte, 256)
+	n, _ := f.Read(buf)
+	line, _, _ := strings.Cut(string(buf[:n]), "\n")
+	rest, ok := strings.CutPrefix(line, "#!")
+	if !ok {
+		return "", ""
+	}
+	fields := strings.Fields(rest)
+	switch len(fields) {
+	case 0:
+		return "", ""
+	case 1:
+		return fields[0], ""
+	}
+	if fields[1] == "-S" && len(fields) > 2 { // env -S node --flag
+		return fields[0], fields[2]
+	}
+	return fields[0], fields[1]
+}
+
+func lookPath(name, path string) string {
+	if strings.Contains(name, "/") {
+		return name
+	}
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+// dropBoundingSet empties the capability bounding set on every thread (a
+// prctl on one thread leaves the others, and whichever forks next, with the
+// full set). The server then execs with no capability it could regain.
+func dropBoundingSet() error {
+	for c := 0; c < 64; c++ { // beyond the last capability: EINVAL
+		if err := psxPrctl(unix.PR_CAPBSET_DROP, uintptr(c)); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	return nil
+}
+
+// psxPrctl runs prctl(option, arg) on every thread of the process (cgo and
+// Go threads alike).
+func psxPrctl(option, arg uintptr) error {
+	if _, _, e := psx.Syscall3(unix.SYS_PRCTL, option, arg, 0); e != 0 {
+		return e
+	}
+	return nil
+}
