@@ -125,7 +125,9 @@ type ProfileError struct {
 	Problem string
 }
 
-func (e *ProfileError) Error() string { return fmt.Sprintf("sandbox profile: %s: %s", e.Key, e.Problem) }
+func (e *ProfileError) Error() string {
+	return fmt.Sprintf("sandbox profile: %s: %s", e.Key, e.Problem)
+}
 
 // Validate checks p and returns the first problem as a *ProfileError.
 func (p Profile) Validate() error {

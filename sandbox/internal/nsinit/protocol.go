@@ -97,14 +97,14 @@ type Achieved struct {
 // Report is one message from the init. The first is either Started or
 // Failed; a started init sends Exited last, just before it exits.
 type Report struct {
-	Started bool   `json:"started,omitempty"`
-	Pid     int    `json:"pid,omitempty"` // server pid inside the namespace
+	Started bool `json:"started,omitempty"`
+	Pid     int  `json:"pid,omitempty"` // server pid inside the namespace
 	// Achieved comes with Started when the request asked to Confine.
 	Achieved *Achieved `json:"achieved,omitempty"`
-	Failed  string `json:"failed,omitempty"`
-	Exited  bool   `json:"exited,omitempty"`
-	Code    int    `json:"code,omitempty"`   // exit status, -1 if signalled
-	Signal  int    `json:"signal,omitempty"` // signal that ended the server
+	Failed   string    `json:"failed,omitempty"`
+	Exited   bool      `json:"exited,omitempty"`
+	Code     int       `json:"code,omitempty"`   // exit status, -1 if signalled
+	Signal   int       `json:"signal,omitempty"` // signal that ended the server
 }
 
 // Exit statuses of the init itself when the server could not be started.
