@@ -1,6 +1,10 @@
 package gateway
 
-import "time"
+import (
+	"time"
+
+	"github.com/mcp-warden/mcp-warden/sandbox"
+)
 
 // Config is the whole configuration of a gateway: the upstream servers, how
 // tool-name conflicts are resolved, where policy comes from, where decisions
@@ -54,6 +58,11 @@ type ServerConfig struct {
 	CallTimeout time.Duration `yaml:"call_timeout" json:"call_timeout"`
 	// Tools holds the allow and block lists handed to the policy as data.
 	Tools ToolFilter `yaml:"tools" json:"tools"`
+	// Sandbox is the server's confinement profile: mode (require or
+	// best_effort), read_only and read_write paths, network (none or host),
+	// min_landlock_abi and limits. Empty means the default profile (see
+	// sandbox.Profile).
+	Sandbox sandbox.Profile `yaml:"sandbox" json:"sandbox"`
 }
 
 // ToolFilter is an allow list and a block list of tool-name glob patterns.

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mcp-warden/mcp-warden/sandbox"
 )
 
 // This file holds ConfigError, the defaults and the one place a Config is
@@ -169,6 +171,9 @@ func (c *Config) validate() []*ConfigError {
 			if _, both := s.Env[name]; both {
 				bad(pathKey(key+".secrets", name), name+" is also set in env", "keep it in one place: secrets for values read from the host, env for plain values")
 			}
+		}
+		if pe := (*sandbox.ProfileError)(nil); errors.As(s.Sandbox.Validate(), &pe) {
+			bad(key+".sandbox."+pe.Key, pe.Problem, "see the sandbox keys in the README (Confinement)")
 		}
 		if s.CallTimeout < 0 {
 			bad(key+".call_timeout", fmt.Sprintf("negative (%s)", s.CallTimeout), fmt.Sprintf(`use a duration such as "30s", or 0 for the default (%s)`, DefaultCallTimeout))

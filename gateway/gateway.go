@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -222,7 +223,11 @@ func (g *Gateway) Start(ctx context.Context) error {
 		if u != nil {
 			running = append(running, u)
 			g.logger.Info("server started", "server", status[i].Name, "tools", status[i].Tools,
-				"pid_namespace", u.confinement.PIDNamespace)
+				"confinement", u.confinement.Level, "landlock", u.confinement.Landlock)
+			if len(u.confinement.Missing) > 0 {
+				g.logger.Warn("server runs less confined than asked", "server", status[i].Name,
+					"confinement", u.confinement.Level, "missing", strings.Join(u.confinement.Missing, "; "))
+			}
 			continue
 		}
 		errs = append(errs, status[i].Err)

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcp-warden/mcp-warden/policy"
+	"github.com/mcp-warden/mcp-warden/sandbox"
 	"github.com/mcp-warden/mcp-warden/rego"
 	"github.com/mcp-warden/mcp-warden/testdata/testenv"
 )
@@ -245,16 +246,22 @@ func TestE2EEverythingServer(t *testing.T) {
 }
 
 func TestE2ENPMServersBehindOneGateway(t *testing.T) {
+	// The servers run as unprivileged uids of their own: the directory
+	// they share must be theirs to write, and declared in their profiles.
 	root := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(root, "hello.txt"), []byte("hello from disk"), 0o600))
+	require.NoError(t, os.Chmod(filepath.Dir(root), 0o755))
+	require.NoError(t, os.Chmod(root, 0o777))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "hello.txt"), []byte("hello from disk"), 0o644))
 	memCmd, memArgs := testenv.NodeCommand(t, "mcp-server-memory")
 	fsCmd, fsArgs := testenv.NodeCommand(t, "mcp-server-filesystem")
 	cfg := &Config{
 		Naming: NamingFirst,
 		Servers: []ServerConfig{
 			{Name: "memory", Command: memCmd, Args: memArgs, Tools: ToolFilter{Allow: []string{"*"}, Block: []string{"delete_*"}},
-				Env: map[string]string{"MEMORY_FILE_PATH": filepath.Join(root, "memory.jsonl")}},
-			{Name: "files", Command: fsCmd, Args: append(fsArgs, root), Tools: ToolFilter{Allow: []string{"read_*", "list_*"}}},
+				Env:     map[string]string{"MEMORY_FILE_PATH": filepath.Join(root, "memory.jsonl")},
+				Sandbox: sandbox.Profile{Mode: sandbox.ModeRequire, ReadWrite: []string{root}}},
+			{Name: "files", Command: fsCmd, Args: append(fsArgs, root), Tools: ToolFilter{Allow: []string{"read_*", "list_*"}},
+				Sandbox: sandbox.Profile{Mode: sandbox.ModeRequire, ReadOnly: []string{root}}},
 		},
 	}
 	g, log := startGateway(t, cfg)

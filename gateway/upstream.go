@@ -54,6 +54,7 @@ func startUpstream(ctx context.Context, sc ServerConfig, env map[string]string, 
 		Dir:     sc.Cwd,
 		Env:     env,
 		Stderr:  stderr,
+		Profile: sc.Sandbox,
 	})
 	if err != nil {
 		_ = stderr.Close()
@@ -158,6 +159,19 @@ func confinementOf(c sandbox.Confinement) policy.Confinement {
 		PIDNamespace:         c.PIDNamespace,
 		ParentDeathSignal:    c.ParentDeathSignal,
 		EnvironmentInherited: c.EnvironmentInherited,
+		Level:                c.Level,
+		UserNamespace:        c.UserNamespace,
+		MountNamespace:       c.MountNamespace,
+		NetworkNamespace:     c.NetworkNamespace,
+		IPCNamespace:         c.IPCNamespace,
+		UTSNamespace:         c.UTSNamespace,
+		Landlock:             c.Landlock,
+		Seccomp:              c.Seccomp,
+		NoNewPrivs:           c.NoNewPrivs,
+		CapabilitiesDropped:  c.CapabilitiesDropped,
+		Cgroup:               c.Cgroup,
+		Network:              c.Network,
+		Missing:              c.Missing,
 	}
 }
 

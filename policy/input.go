@@ -84,6 +84,30 @@ type Confinement struct {
 	// EnvironmentInherited: the server inherited the gateway's environment.
 	// mcp-warden never does this; the field exists so policy can insist.
 	EnvironmentInherited bool `json:"environment_inherited"`
+	// Level sums up the confinement: "strong" (every namespace, Landlock,
+	// seccomp, no_new_privs, no capabilities), "partial" or "weak" (process
+	// group and parent-death signal only).
+	Level string `json:"level"`
+	// The namespaces the server runs in.
+	UserNamespace    bool `json:"user_namespace"`
+	MountNamespace   bool `json:"mount_namespace"`
+	NetworkNamespace bool `json:"network_namespace"`
+	IPCNamespace     bool `json:"ipc_namespace"`
+	UTSNamespace     bool `json:"uts_namespace"`
+	// Landlock is the Landlock ABI version enforcing the filesystem rules,
+	// 0 when none.
+	Landlock int `json:"landlock"`
+	// Seccomp: the syscall denylist and 32-bit guard are loaded.
+	Seccomp bool `json:"seccomp"`
+	// NoNewPrivs and CapabilitiesDropped: no privilege can be gained.
+	NoNewPrivs          bool `json:"no_new_privs"`
+	CapabilitiesDropped bool `json:"capabilities_dropped"`
+	// Cgroup: "limits", "kill" or "" (see the README).
+	Cgroup string `json:"cgroup"`
+	// Network: "none" or "host".
+	Network string `json:"network"`
+	// Missing names each protection not achieved, with the kernel's reason.
+	Missing []string `json:"missing,omitempty"`
 }
 
 // Tool is a tool definition as the upstream server declared it, with the

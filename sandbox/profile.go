@@ -14,7 +14,7 @@ type Profile struct {
 	// kernel: ModeBestEffort (the default) starts the server anyway and
 	// reports the gap in Process.Confinement; ModeRequire refuses to start
 	// it, naming what is missing.
-	Mode Mode
+	Mode Mode `yaml:"mode" json:"mode"`
 	// ReadOnly and ReadWrite list the files and directories (absolute
 	// paths, with everything beneath them) the server may read, or read and
 	// write, besides DefaultReadOnly, its program and its interpreter. A
@@ -22,16 +22,16 @@ type Profile struct {
 	// mounted back into the server's private view. Missing paths are
 	// ignored. Enforced by Landlock; file permissions still apply to the
 	// server's own unprivileged uid.
-	ReadOnly  []string
-	ReadWrite []string
+	ReadOnly  []string `yaml:"read_only" json:"read_only"`
+	ReadWrite []string `yaml:"read_write" json:"read_write"`
 	// Network is NetworkNone (the default: an empty network namespace with
 	// only loopback) or NetworkHost (the gateway's network, unconfined).
-	Network Network
+	Network Network `yaml:"network" json:"network"`
 	// MinLandlockABI is the lowest Landlock ABI version accepted as
 	// filesystem confinement (0 = 1). Below it, Landlock counts as missing.
-	MinLandlockABI int
+	MinLandlockABI int `yaml:"min_landlock_abi" json:"min_landlock_abi"`
 	// Limits bound the server's resources (zero fields take the defaults).
-	Limits Limits
+	Limits Limits `yaml:"limits" json:"limits"`
 }
 
 // Mode says whether missing protections refuse a server or only show.
@@ -61,11 +61,11 @@ const (
 // RLIMIT_DATA (per process) and RLIMIT_NPROC (the server's own uid).
 // RLIMIT_AS is never set: it breaks V8 (Node) at any useful value.
 type Limits struct {
-	MemoryMiB   int // total memory (default 1024)
-	Processes   int // tasks (default 256)
-	OpenFiles   int // file descriptors per process (default 1024)
-	CPUSeconds  int // CPU time per process, then SIGXCPU/SIGKILL (0 = unlimited)
-	FileSizeMiB int // largest file a process may write (default 1024)
+	MemoryMiB   int `yaml:"memory_mib" json:"memory_mib"`       // total memory (default 1024)
+	Processes   int `yaml:"processes" json:"processes"`         // tasks, threads included (default 256)
+	OpenFiles   int `yaml:"open_files" json:"open_files"`       // file descriptors per process (default 1024)
+	CPUSeconds  int `yaml:"cpu_seconds" json:"cpu_seconds"`     // CPU time per process, then SIGXCPU/SIGKILL (0 = unlimited)
+	FileSizeMiB int `yaml:"file_size_mib" json:"file_size_mib"` // largest file a process may write (default 1024)
 }
 
 // Defaults of Limits.
@@ -153,7 +153,7 @@ func (p Profile) Validate() error {
 	}
 	l := p.Limits
 	if slices.Min([]int{l.MemoryMiB, l.Processes, l.OpenFiles, l.CPUSeconds, l.FileSizeMiB}) < 0 {
-		return &ProfileError{"limits", "negative limit (use 0 for the default)"}
+		return &ProfileError{"limits", "a negative limit (use 0 for the default)"}
 	}
 	if l.Processes > 0 && l.Processes < 8 {
 		return &ProfileError{"limits.processes", "below 8: a runtime cannot start its threads"}

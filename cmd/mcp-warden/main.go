@@ -38,6 +38,6 @@ func rootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), policyCommand(), demoServerCommand())
+	root.AddCommand(serveCommand(), policyCommand(), sandboxCommand(), demoServerCommand())
 	return root
 }
