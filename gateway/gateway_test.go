@@ -21,8 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcp-warden/mcp-warden/policy"
-	"github.com/mcp-warden/mcp-warden/sandbox"
 	"github.com/mcp-warden/mcp-warden/rego"
+	"github.com/mcp-warden/mcp-warden/sandbox"
 	"github.com/mcp-warden/mcp-warden/testdata/testenv"
 )
 

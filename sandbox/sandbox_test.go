@@ -435,7 +435,9 @@ func TestPIDNamespaceAsRoot(t *testing.T) {
 
 // When the gateway is SIGKILLed, every process of the server's tree dies
 // with it, the setsid escapee included.
-func TestParentKilled(t *testing.T) {
+func TestParentKilled(t *testing.T) { testParentKilled(t) }
+
+func testParentKilled(t *testing.T) {
 	key, value := testenv.Marker(t)
 	parent := exec.Command(os.Args[0], "-test.run=^$")
 	parent.Env = append(os.Environ(), roleEnv+"=parent", key+"="+value)

@@ -264,10 +264,8 @@ func exposedPaths(spec Spec, prof Profile, env []string) []string {
 	if path, err := environ.Resolve(spec.Command, env, spec.Dir); err == nil {
 		cands = append(cands, path)
 	}
-	for _, a := range spec.Args {
-		if filepath.IsAbs(a) {
-			cands = append(cands, a)
-		}
+	if len(spec.Args) > 0 && filepath.IsAbs(spec.Args[0]) { // an interpreter's script
+		cands = append(cands, spec.Args[0])
 	}
 	var out []string
 	for _, c := range cands {

@@ -208,8 +208,8 @@ func splitDirs(paths []string) (dirs, files []string) {
 
 // executionChain lists what the server needs to read to run at all: its
 // program, the interpreter chain of scripts ("#!/usr/bin/env node" → env →
-// node), and the scripts named on its command line, with the whole package
-// tree (the directory holding node_modules) when a script lives in one.
+// node), and the script given as its first argument, with the whole package
+// tree (the directory holding node_modules) when the script lives in one.
 func executionChain(program string, args, env []string) []string {
 	var out []string
 	seen := map[string]bool{}
@@ -241,17 +241,15 @@ func executionChain(program string, args, env []string) []string {
 		}
 		next = interp
 	}
-	for _, a := range args[1:] {
-		if !filepath.IsAbs(a) {
-			continue
-		}
-		st, err := os.Stat(a)
-		if err != nil || !st.Mode().IsRegular() {
-			continue
-		}
-		add(a)
-		if root, _, ok := strings.Cut(a, "/node_modules/"); ok && root != "" {
-			add(root)
+	// The script an interpreter runs comes first ("node index.js"): only
+	// that argument is read as code. Other arguments naming files grant
+	// nothing; declare them in the profile.
+	if len(args) > 1 && filepath.IsAbs(args[1]) {
+		if st, err := os.Stat(args[1]); err == nil && st.Mode().IsRegular() {
+			add(args[1])
+			if root, _, ok := strings.Cut(args[1], "/node_modules/"); ok && root != "" {
+				add(root)
+			}
 		}
 	}
 	return out

@@ -54,9 +54,6 @@ func loadSeccomp() error {
 				cond("sendmsg", 2, seccomp.BitsSet, msgFastOpen),
 				cond("sendmmsg", 3, seccomp.BitsSet, msgFastOpen),
 			}, Action: seccomp.ActionErrno},
-			// MPTCP sockets slipped past Landlock's TCP rules.
-			{NamesWithCondtions: []seccomp.NameWithConditions{cond("socket", 2, seccomp.Equal, ipprotoMPTCP)},
-				Action: errno(unix.EPROTONOSUPPORT)},
 		},
 	}
 	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: policy}); err != nil {
@@ -67,7 +64,10 @@ func loadSeccomp() error {
 
 // loadArchGuard kills a process making a syscall through another ABI (i386
 // int $0x80), which the denylist would let through to its default action,
-// and answers x32 syscalls with ENOSYS.
+// and answers x32 syscalls with ENOSYS. It also refuses MPTCP sockets
+// (which slipped past Landlock's TCP rules) with EPROTONOSUPPORT, so that
+// runtimes fall back to TCP: the denylist cannot hold a second rule for
+// socket(2) with another errno.
 func loadArchGuard() error {
 	prog, err := bpf.Assemble([]bpf.Instruction{
 		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
@@ -76,6 +76,10 @@ func loadArchGuard() error {
 		bpf.LoadAbsolute{Off: 0, Size: 4}, // seccomp_data.nr
 		bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: x32SyscallBit, SkipFalse: 1},
 		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SOCKET, SkipFalse: 3},
+		bpf.LoadAbsolute{Off: 32, Size: 4}, // low half of args[2], the protocol
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: ipprotoMPTCP, SkipFalse: 1},
+		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.EPROTONOSUPPORT)},
 		bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW},
 	})
 	if err != nil {
