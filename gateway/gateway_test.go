@@ -292,6 +292,39 @@ func TestE2ENPMServersBehindOneGateway(t *testing.T) {
 	assert.Len(t, log.events(t), 5)
 }
 
+// server-filesystem is told it may serve two directories, but its sandbox
+// profile grants only one: a read inside works, a read in the other is
+// allowed by policy and by the server, and refused by the kernel.
+func TestE2EFilesystemServerConfinedToOneDirectory(t *testing.T) {
+	// The other directory is not under /tmp, which the server sees as a
+	// private tmpfs: it must exist in the server's view for the server to
+	// accept it.
+	inside := t.TempDir()
+	outside, err := os.MkdirTemp(filepath.Join(testenv.RepoRoot(t), ".cache"), "fs-other-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(outside) })
+	for _, d := range []string{filepath.Dir(inside), inside, outside} {
+		require.NoError(t, os.Chmod(d, 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(inside, "in.txt"), []byte("inside"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "out.txt"), []byte("not for this server"), 0o644))
+	fsCmd, fsArgs := testenv.NodeCommand(t, "mcp-server-filesystem")
+	g, _ := startGateway(t, &Config{Servers: []ServerConfig{{
+		Name: "files", Command: fsCmd, Args: append(fsArgs, inside, outside),
+		Tools:   ToolFilter{Allow: []string{"*"}},
+		Sandbox: sandbox.Profile{Mode: sandbox.ModeRequire, ReadOnly: []string{inside}},
+	}}})
+	ctx := context.Background()
+	res, err := g.CallTool(ctx, alice, "files__read_text_file", map[string]any{"path": filepath.Join(inside, "in.txt")})
+	require.NoError(t, err)
+	assert.Equal(t, "inside", text(t, res))
+	res, err = g.CallTool(ctx, alice, "files__read_text_file", map[string]any{"path": filepath.Join(outside, "out.txt")})
+	require.NoError(t, err, "the policy allows the call")
+	assert.True(t, res.IsError)
+	assert.Contains(t, text(t, res), "EACCES", "refused by the kernel (Landlock), not by the server")
+	assert.NotContains(t, text(t, res), "not for this server")
+}
+
 func TestBadServersDoNotStopHealthyOnes(t *testing.T) {
 	garbage := testenv.BuildGo(t, "./testdata/servers/garbage")
 	cfg := &Config{Servers: []ServerConfig{

@@ -11,3 +11,10 @@ func WithoutInit(t testing.TB) {
 
 // DisableInit is WithoutInit for a re-executed test binary's role.
 func DisableInit() { initCalled.Store(false) }
+
+// WithoutInitDo runs f as in a binary that never called Init.
+func WithoutInitDo(f func()) {
+	prev := initCalled.Swap(false)
+	defer initCalled.Store(prev)
+	f()
+}

@@ -51,6 +51,7 @@ func probe() Support {
 	if err != nil {
 		return Support{Reason: err.Error()}
 	}
+	removeStale(filepath.Join(mnt, own))
 	parent := filepath.Join(mnt, own, fmt.Sprintf("mcp-warden-%d", os.Getpid()))
 	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return Support{Reason: fmt.Sprintf("cannot create %s: %v", parent, err)}
@@ -78,6 +79,23 @@ func probe() Support {
 	}
 	s.Limits = true
 	return s
+}
+
+// removeStale removes the empty cgroups of gateways that are gone (a
+// SIGKILLed gateway cannot remove its own).
+func removeStale(dir string) {
+	old, _ := filepath.Glob(filepath.Join(dir, "mcp-warden-*"))
+	for _, d := range old {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "mcp-warden-"))
+		if err != nil || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		subs, _ := filepath.Glob(filepath.Join(d, "*", "cgroup.procs"))
+		for _, s := range subs {
+			_ = os.Remove(filepath.Dir(s))
+		}
+		_ = os.Remove(d)
+	}
 }
 
 func contains(list []string, s string) bool {

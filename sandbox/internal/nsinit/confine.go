@@ -11,7 +11,6 @@ import (
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
-	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
 
 // confine applies c to the init in the order of runc's and nsjail's inits
@@ -73,7 +72,8 @@ func confine(c *Confine, program string, args, env []string) *Achieved {
 			a.Seccomp = true
 		}
 	}
-	if err := psxPrctl(unix.PR_SET_NO_NEW_PRIVS, 1); err != nil {
+	// Set by the seccomp filter already (and synchronised to every thread).
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		miss("no_new_privs", err)
 	}
 	if v, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0); err == nil && v == 1 {
@@ -296,23 +296,16 @@ func lookPath(name, path string) string {
 	return ""
 }
 
-// dropBoundingSet empties the capability bounding set on every thread (a
-// prctl on one thread leaves the others, and whichever forks next, with the
-// full set). The server then execs with no capability it could regain.
+// dropBoundingSet empties the capability bounding set of this thread, the
+// one that forks the server (Main locks it): a prctl on one thread and a
+// fork from another leaked the full set into the server. The server then
+// execs with no capability it could regain. (Doing it on every thread
+// through psx costs a round of signals per capability: ~10 ms.)
 func dropBoundingSet() error {
 	for c := 0; c < 64; c++ { // beyond the last capability: EINVAL
-		if err := psxPrctl(unix.PR_CAPBSET_DROP, uintptr(c)); err != nil && err != unix.EINVAL {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
 		}
-	}
-	return nil
-}
-
-// psxPrctl runs prctl(option, arg) on every thread of the process (cgo and
-// Go threads alike).
-func psxPrctl(option, arg uintptr) error {
-	if _, _, e := psx.Syscall3(unix.SYS_PRCTL, option, arg, 0); e != 0 {
-		return e
 	}
 	return nil
 }

@@ -1,0 +1,107 @@
+package sandbox_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-warden/mcp-warden/sandbox"
+	"github.com/mcp-warden/mcp-warden/testdata/testenv"
+)
+
+// leakTree forks, double-forks, detaches with setsid and ignores SIGTERM,
+// then says ready and ignores stdin.
+const leakTree = `trap "" TERM
+sleep 1001 &
+sh -c 'sleep 1002 & wait' &
+setsid sh -c 'trap "" TERM; sleep 1003 &'
+echo ready
+wait`
+
+// 100 start/stop cycles of that tree under the default profile leave no
+// process (marker scan), no cgroup and no goroutine (goleak in TestMain).
+func TestNoLeakAfter100Cycles(t *testing.T) {
+	key, value := testenv.Marker(t)
+	for i := range 100 {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		p, err := sandbox.Spawn(ctx, sandbox.Spec{Name: fmt.Sprint("leak", i), Command: "sh", Args: []string{"-c", leakTree},
+			Env: map[string]string{key: value}, StopGrace: 20 * time.Millisecond})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 6)
+		if _, err := io.ReadFull(p.Stdout(), buf); err != nil || string(buf) != "ready\n" {
+			t.Fatalf("cycle %d: %q, %v", i, buf, err)
+		}
+		if i == 0 && p.Confinement().Level != sandbox.LevelStrong && os.Geteuid() == 0 {
+			t.Fatalf("confinement %+v", p.Confinement())
+		}
+		if err := p.Close(); err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		testenv.RequireGone(t, p.Pid())
+	}
+	testenv.RequireNoProcess(t, key, value)
+	for _, dir := range cgroupDirs(t) {
+		if entries, _ := os.ReadDir(dir); len(subdirs(entries)) > 0 {
+			t.Errorf("cgroups left in %s: %v", dir, subdirs(entries))
+		}
+	}
+}
+
+func cgroupDirs(t *testing.T) []string {
+	t.Helper()
+	var dirs []string
+	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		m, _ := filepath.Glob(filepath.Join(root, fmt.Sprintf("mcp-warden-%d", os.Getpid())))
+		dirs = append(dirs, m...)
+	}
+	return dirs
+}
+
+func subdirs(entries []os.DirEntry) []string {
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// BenchmarkSpawnToReady measures, in the same run, spawn-to-first-byte of
+// the same server started bare (no init) and confined by the default
+// profile, and reports the difference as extra-ms/spawn.
+func BenchmarkSpawnToReady(b *testing.B) {
+	ready := func(b *testing.B) time.Duration {
+		start := time.Now()
+		p, err := sandbox.Spawn(context.Background(), sandbox.Spec{Name: "bench", Command: "sh", Args: []string{"-c", "echo ready; exec cat"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf := make([]byte, 6)
+		if _, err := io.ReadFull(p.Stdout(), buf); err != nil {
+			b.Fatal(err)
+		}
+		d := time.Since(start)
+		if err := p.Close(); err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}
+	var bare, confined time.Duration
+	for b.Loop() {
+		sandbox.WithoutInitDo(func() { bare += ready(b) })
+		confined += ready(b)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(bare.Microseconds())/n/1000, "bare-ms/spawn")
+	b.ReportMetric(float64(confined.Microseconds())/n/1000, "confined-ms/spawn")
+	b.ReportMetric(float64((confined-bare).Microseconds())/n/1000, "extra-ms/spawn")
+}
