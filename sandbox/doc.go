@@ -8,9 +8,12 @@
 // Every server gets an environment built from scratch (never the gateway's),
 // its own process group and a parent-death signal. When it can, Spawn also
 // starts the server under a sandbox init — this binary re-executed as PID 1
-// of a fresh PID namespace — so that the whole tree, double-forked daemons
-// included, dies with the init. [Process.Confinement] tells which of these
-// were achieved; nothing is silently assumed.
+// of fresh user, PID, mount, network, IPC, UTS and cgroup namespaces — which
+// confines it as [Spec.Profile] asks (private mounts and /proc, Landlock,
+// seccomp, no capabilities, rlimits, its own cgroup) so that the whole tree,
+// double-forked daemons included, dies with the init. [Process.Confinement]
+// tells what was achieved; nothing is silently assumed. [Check] reports what
+// this kernel offers.
 //
 // Linux only.
 package sandbox
