@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mcp-warden/mcp-warden/policy/internal/auditlog"
 )
 
 // Event is one decision-log record, in OPA's decision-log event schema
@@ -72,16 +72,17 @@ type listResult struct {
 // DecisionLog writes decision events as JSON lines. Each event is written
 // with a single Write call under a lock, before the decision is returned to
 // the gateway, so a response is never released for an unlogged decision.
-// Configured secret values are replaced by "[REDACTED]" wherever they occur
-// in an event. It is safe for concurrent use.
+// Events form a hash chain: each carries "prev_hash", the hash of the event
+// before it, and "hash", its own sha256 over a canonical encoding, so that
+// VerifyDecisionLog finds any edited, deleted, reordered or truncated
+// record. Configured secret values are replaced by "[REDACTED]" wherever
+// they occur in an event. It is safe for concurrent use.
 type DecisionLog struct {
 	labels   map[string]string
 	revision string
 	redact   []string
 
-	mu sync.Mutex
-	w  io.Writer
-	f  *os.File // set when the log owns a file
+	chain *auditlog.Writer
 
 	reqID atomic.Uint64
 }
@@ -97,9 +98,14 @@ type DecisionLogOptions struct {
 	Redact []string
 }
 
-// NewDecisionLog returns a log writing to w.
+// NewDecisionLog returns a log writing to w, whose chain starts afresh.
+// It neither rotates nor syncs w.
 func NewDecisionLog(w io.Writer, opts DecisionLogOptions) *DecisionLog {
-	l := &DecisionLog{w: w, labels: opts.Labels, revision: opts.Revision}
+	return newDecisionLog(auditlog.NewWriter(w), opts)
+}
+
+func newDecisionLog(chain *auditlog.Writer, opts DecisionLogOptions) *DecisionLog {
+	l := &DecisionLog{chain: chain, labels: opts.Labels, revision: opts.Revision}
 	for _, s := range opts.Redact {
 		if s != "" {
 			l.redact = append(l.redact, s)
@@ -109,29 +115,20 @@ func NewDecisionLog(w io.Writer, opts DecisionLogOptions) *DecisionLog {
 }
 
 // OpenDecisionLog returns a log appending to the file at path, created with
-// mode 0600 if missing. Close closes the file.
+// mode 0600 if missing, continuing the hash chain of its last record. It
+// refuses a file whose last record is incomplete or altered. Close closes
+// the file.
 func OpenDecisionLog(path string, opts DecisionLogOptions) (*DecisionLog, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	chain, err := auditlog.Open(path, auditlog.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("open decision log: %w", err)
+		return nil, err
 	}
-	l := NewDecisionLog(f, opts)
-	l.f = f
-	return l, nil
+	return newDecisionLog(chain, opts), nil
 }
 
-// Close closes the log's file, if it owns one.
-func (l *DecisionLog) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.f == nil {
-		return nil
-	}
-	err := l.f.Close()
-	l.f = nil
-	l.w = io.Discard
-	return err
-}
+// Close syncs and closes the log's file, if it owns one; later decisions
+// cannot be logged and are denied.
+func (l *DecisionLog) Close() error { return l.chain.Close() }
 
 func (l *DecisionLog) newEvent(in Input, dec Decision, evalErr error, took time.Duration) *Event {
 	ev := l.baseEvent(took)
@@ -190,11 +187,7 @@ func (l *DecisionLog) write(ev *Event) error {
 			return err
 		}
 	}
-	b = append(b, '\n')
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, err = l.w.Write(b)
-	return err
+	return l.chain.Append(b)
 }
 
 // redactSecrets replaces every occurrence of a secret inside the JSON
