@@ -23,9 +23,9 @@ func TestCanonicalEncoding(t *testing.T) {
 		`{"b":1,"a":[true,false,null]}`:              `{"a":[true,false,null],"b":1}`,
 		" { \"z\" : { \"y\":2, \"x\":1.50e3 } } ":    `{"z":{"x":1.50e3,"y":2}}`,
 		`{"s":"\u0041\/\u00e9\ud83d\ude00\u001f\t"}`: "{\"s\":\"A/é😀\\u001f\\t\"}",
-		`{"<":"&>"}`:                                 `{"<":"&>"}`,
-		`{}`:                                         `{}`,
-		`{"a":{},"b":[]}`:                            `{"a":{},"b":[]}`,
+		`{"<":"&>"}`:      `{"<":"&>"}`,
+		`{}`:              `{}`,
+		`{"a":{},"b":[]}`: `{"a":{},"b":[]}`,
 	}
 	for in, want := range cases {
 		rec, err := canonicalRecord(nil, []byte(in))
