@@ -86,11 +86,23 @@ type PolicyConfig struct {
 	Engine string `yaml:"engine" json:"engine"`
 }
 
-// DecisionLogConfig says where decision events are written.
+// DecisionLogConfig says where decision events are written and how
+// durably.
 type DecisionLogConfig struct {
 	// Path is the file decision events are appended to, one JSON line each.
 	// Empty means standard error.
 	Path string `yaml:"path" json:"path"`
+	// Fsync is "interval" (default: each event is written before its
+	// response is released and fsynced within FsyncInterval), "always"
+	// (fsynced before the response) or "never" (left to the kernel).
+	Fsync string `yaml:"fsync" json:"fsync"`
+	// FsyncInterval is the delay of "interval"; zero means one second.
+	FsyncInterval time.Duration `yaml:"fsync_interval" json:"fsync_interval"`
+	// MaxBytes rotates the file before it grows larger; zero never rotates.
+	MaxBytes int64 `yaml:"max_bytes" json:"max_bytes"`
+	// OnError is "deny" (default: a decision whose event cannot be written
+	// is a denial) or "allow" (fail open: the decision stands).
+	OnError string `yaml:"on_error" json:"on_error"`
 }
 
 // ListenerConfig is one downstream face: stdio, or streamable HTTP on an

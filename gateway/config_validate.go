@@ -183,6 +183,23 @@ func (c *Config) validate() []*ConfigError {
 		bad("policy.engine", fmt.Sprintf("%q is not a policy engine", c.Policy.Engine), "use rego, or leave it out")
 	}
 
+	dl := c.DecisionLog
+	if !slices.Contains([]string{"", "interval", "always", "never"}, dl.Fsync) {
+		bad("decision_log.fsync", fmt.Sprintf("%q is not an fsync policy", dl.Fsync), "use interval (the default), always or never")
+	}
+	if dl.FsyncInterval < 0 {
+		bad("decision_log.fsync_interval", fmt.Sprintf("negative (%s)", dl.FsyncInterval), `use a duration such as "1s", or 0 for the default`)
+	}
+	switch {
+	case dl.MaxBytes < 0 || dl.MaxBytes > 0 && dl.MaxBytes < 4096:
+		bad("decision_log.max_bytes", fmt.Sprintf("%d is too small to hold records", dl.MaxBytes), "use 0 (never rotate) or at least 4096, e.g. 104857600 for 100 MiB")
+	case dl.MaxBytes > 0 && dl.Path == "":
+		bad("decision_log.max_bytes", "rotation needs a file", "set decision_log.path, or remove max_bytes")
+	}
+	if !slices.Contains([]string{"", "deny", "allow"}, dl.OnError) {
+		bad("decision_log.on_error", fmt.Sprintf("%q is not deny or allow", dl.OnError), "use deny (the default: no response without its record) or allow (fail open)")
+	}
+
 	firstStdio := -1
 	for i, l := range c.Listeners {
 		key := indexKey("listeners", i)

@@ -121,10 +121,21 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 
+	rules, err := policy.NewLogRules(context.Background(), p, PolicyData(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	dl := cfg.DecisionLog
 	logOpts := policy.DecisionLogOptions{
-		Labels:   map[string]string{"id": instanceID(), "version": Version, "type": "mcp-warden"},
-		Revision: engine.Revision(),
-		Redact:   secrets,
+		Labels:       map[string]string{"id": instanceID(), "version": Version, "type": "mcp-warden"},
+		Revision:     engine.Revision(),
+		Redact:       secrets,
+		Rules:        rules,
+		Sync:         policy.SyncPolicy(dl.Fsync),
+		SyncInterval: dl.FsyncInterval,
+		MaxBytes:     dl.MaxBytes,
+		FailOpen:     dl.OnError == "allow",
+		Logger:       o.logger,
 	}
 	switch {
 	case o.logWriter != nil:
