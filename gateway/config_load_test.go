@@ -73,13 +73,13 @@ func TestLoadConfigValidYAML(t *testing.T) {
 			CallTimeout: DefaultCallTimeout,
 			Tools:       ToolFilter{Allow: []string{"*"}},
 		}},
-		Naming:      NamingFirst,
-		Policy:      PolicyConfig{Path: filepath.Join(dir, "policies"), Engine: "rego"},
+		Naming: NamingFirst,
+		Policy: PolicyConfig{Path: filepath.Join(dir, "policies"), Engine: "rego"},
 		DecisionLog: DecisionLogConfig{Path: filepath.Join(dir, "logs", "decisions.log"), Fsync: "always",
 			FsyncInterval: 2 * time.Second, MaxBytes: 100 << 20, OnError: "deny"},
-		Listeners:   []ListenerConfig{{Stdio: true}, {HTTP: "127.0.0.1:8080"}},
-		Principal:   PrincipalConfig{ID: "alice", Claims: map[string]any{"team": "platform", "level": 3}},
-		source:      path,
+		Listeners: []ListenerConfig{{Stdio: true}, {HTTP: "127.0.0.1:8080"}},
+		Principal: PrincipalConfig{ID: "alice", Claims: map[string]any{"team": "platform", "level": 3}},
+		source:    path,
 	}
 	assert.Equal(t, want, cfg)
 	assert.Empty(t, cfg.Warnings())

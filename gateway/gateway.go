@@ -39,6 +39,7 @@ type Gateway struct {
 	logger  *slog.Logger
 	decider *policy.Decider
 	declog  *policy.DecisionLog
+	auth    *authenticator               // nil: HTTP clients are not authenticated
 	envs    map[string]map[string]string // server name → environment
 	envErrs map[string]error             // server name → why its environment could not be built
 
@@ -148,6 +149,10 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		g.declog = policy.NewDecisionLog(os.Stderr, logOpts)
 	}
 	g.decider = policy.NewDecider(engine, g.declog)
+	if g.auth, err = newAuthenticator(cfg.Auth, o.logger); err != nil {
+		_ = g.declog.Close()
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -274,6 +279,9 @@ func (g *Gateway) ListTools(ctx context.Context, principal policy.Principal) ([]
 	if principal.Transport == "" {
 		principal.Transport = TransportAPI
 	}
+	if principal.AuthMethod == "" {
+		principal.AuthMethod = AuthNone
+	}
 	meta := requestMetaFrom(ctx)
 	now := policy.Timestamp(time.Now())
 	inputs := make([]policy.Input, len(cat.entries))
@@ -315,6 +323,9 @@ func (g *Gateway) CallTool(ctx context.Context, principal policy.Principal, name
 	}
 	if principal.Transport == "" {
 		principal.Transport = TransportAPI
+	}
+	if principal.AuthMethod == "" {
+		principal.AuthMethod = AuthNone
 	}
 	meta := requestMetaFrom(ctx)
 	d := g.decider.Decide(ctx, policy.Input{

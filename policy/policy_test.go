@@ -290,6 +290,7 @@ func TestInputMatchesSchemaFields(t *testing.T) {
 	full := input(policy.ActionToolsCall, "x", map[string]any{"a": 1})
 	full.RequestID, full.SessionID = "1", "s"
 	full.Principal.Claims = map[string]any{"k": "v"}
+	full.Principal.AuthMethod = "jwt"
 	full.Server.Args = []string{"a"}
 	full.Tool.Description, full.Tool.InputSchema, full.Tool.Annotations = "d", map[string]any{}, map[string]any{}
 	enc, err := json.Marshal(full)
