@@ -33,7 +33,7 @@ var serverData = map[string]any{"warden": map[string]any{"servers": map[string]a
 func input(action policy.Action, tool string, args map[string]any) policy.Input {
 	return policy.Input{
 		Action:    action,
-		Principal: policy.Principal{ID: "alice", Transport: "api"},
+		Principal: policy.Principal{ID: "alice", Transport: "api", AuthMethod: "none"},
 		Server:    policy.Server{Name: "files", Command: "files-server"},
 		Tool:      policy.Tool{Name: "files__" + tool, UpstreamName: tool, SHA256: strings.Repeat("0", 64)},
 		Arguments: args,
@@ -122,7 +122,7 @@ func TestDecideDefaultPolicyAndEventSchema(t *testing.T) {
 	assert.Equal(t, "tools/call", in["action"])
 	assert.NotContains(t, in, "arguments", "arguments are not logged unless the policy's mask says otherwise")
 	assert.Equal(t, []any{"/input/arguments"}, ev["erased"])
-	assert.Equal(t, map[string]any{"id": "alice", "transport": "api"}, in["principal"])
+	assert.Equal(t, map[string]any{"id": "alice", "transport": "api", "auth_method": "none"}, in["principal"])
 	assert.NotEqual(t, evs[0]["decision_id"], evs[1]["decision_id"])
 	assert.Equal(t, true, evs[1]["result"].(map[string]any)["hidden"])
 }

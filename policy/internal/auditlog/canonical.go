@@ -70,6 +70,9 @@ type canonicalizer struct {
 	pos     int
 	out     []byte
 	scratch []byte
+	// members is a stack shared by nested objects, so that one record
+	// costs a few allocations however many objects it holds.
+	members []member
 }
 
 func (c *canonicalizer) fail(msg string) error { return &SyntaxError{Offset: c.pos, Msg: msg} }
@@ -201,9 +204,9 @@ func (c *canonicalizer) array(depth int) error {
 }
 
 type member struct {
-	key        string
-	start, end int // canonical "key":value in c.out
-	valueAt    int // start of the value in c.out
+	key        []byte // unescaped
+	start, end int    // canonical "key":value in c.out
+	valueAt    int    // start of the value in c.out
 }
 
 // object canonicalizes an object. At the top level (top != nil) it leaves
@@ -212,7 +215,8 @@ func (c *canonicalizer) object(depth int, top *record) error {
 	c.pos++ // {
 	base := len(c.out)
 	c.out = append(c.out, '{')
-	var members []member
+	first := len(c.members)
+	defer func() { c.members = c.members[:first] }()
 	c.skipSpace()
 	if c.pos < len(c.src) && c.src[c.pos] == '}' {
 		c.pos++
@@ -233,7 +237,11 @@ func (c *canonicalizer) object(depth int, top *record) error {
 			return c.fail("expected : after key")
 		}
 		c.pos++
-		m := member{key: string(key), start: len(c.out)}
+		beforeComma := len(c.out)
+		if len(c.members) > first {
+			c.out = append(c.out, ',')
+		}
+		m := member{key: key, start: len(c.out)}
 		c.out = appendString(c.out, key)
 		c.out = append(c.out, ':')
 		m.valueAt = len(c.out)
@@ -241,21 +249,21 @@ func (c *canonicalizer) object(depth int, top *record) error {
 			return err
 		}
 		m.end = len(c.out)
-		if top != nil && (m.key == keyHash || m.key == keyPrevHash) {
+		if top != nil && (string(m.key) == keyHash || string(m.key) == keyPrevHash) {
 			var s string
 			if v := c.out[m.valueAt:m.end]; len(v) >= 2 && v[0] == '"' {
 				s, _ = strconv.Unquote(string(v))
 			}
-			if m.key == keyHash {
+			if string(m.key) == keyHash {
 				top.hash = s
-				c.out = c.out[:m.start] // left out of the canonical form
+				c.out = c.out[:beforeComma] // left out of the canonical form
 				m.end = -1
 			} else {
 				top.prevHash = s
 			}
 		}
 		if m.end >= 0 {
-			members = append(members, m)
+			c.members = append(c.members, m)
 		}
 		c.skipSpace()
 		if c.pos >= len(c.src) {
@@ -270,14 +278,25 @@ func (c *canonicalizer) object(depth int, top *record) error {
 		}
 		c.pos++
 	}
-	sorted := slices.IsSortedFunc(members, func(a, b member) int { return compareKeys(a.key, b.key) })
+	members := c.members[first:]
+	cmpKeys := func(a, b member) int { return bytes.Compare(a.key, b.key) }
+	sorted := slices.IsSortedFunc(members, cmpKeys)
 	if !sorted {
-		slices.SortStableFunc(members, func(a, b member) int { return compareKeys(a.key, b.key) })
+		slices.SortStableFunc(members, cmpKeys)
 	}
 	for i := 1; i < len(members); i++ {
-		if members[i].key == members[i-1].key {
+		if bytes.Equal(members[i].key, members[i-1].key) {
 			return c.fail(fmt.Sprintf("duplicate key %q", members[i].key))
 		}
+	}
+	if sorted { // already in canonical order, as written
+		for _, m := range members {
+			if top != nil && string(m.key) == keyPrevHash && c.out[m.valueAt] == '"' {
+				top.prevAt = m.valueAt + 1
+			}
+		}
+		c.out = append(c.out, '}')
+		return nil
 	}
 	// Rewrite the members in order, separated by commas.
 	c.scratch = c.scratch[:0]
@@ -285,23 +304,13 @@ func (c *canonicalizer) object(depth int, top *record) error {
 		if i > 0 {
 			c.scratch = append(c.scratch, ',')
 		}
-		if top != nil && m.key == keyPrevHash && c.out[m.valueAt] == '"' {
+		if top != nil && string(m.key) == keyPrevHash && c.out[m.valueAt] == '"' {
 			top.prevAt = base + 1 + len(c.scratch) + (m.valueAt - m.start) + 1
 		}
 		c.scratch = append(c.scratch, c.out[m.start:m.end]...)
 	}
 	c.out = append(append(c.out[:base+1], c.scratch...), '}')
 	return nil
-}
-
-func compareKeys(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // string reads a JSON string at c.pos and returns its unescaped bytes
