@@ -28,8 +28,11 @@ type Config struct {
 	// Listeners are the downstream faces of the gateway.
 	Listeners []ListenerConfig `yaml:"listeners" json:"listeners"`
 	// Principal is the identity of the client on listeners that carry no
-	// credentials (stdio, and HTTP until authentication is configured).
+	// credentials (stdio, and HTTP when Auth is not configured).
 	Principal PrincipalConfig `yaml:"principal" json:"principal"`
+	// Auth makes HTTP listeners require credentials. Empty means HTTP
+	// clients act as Principal.
+	Auth AuthConfig `yaml:"auth" json:"auth"`
 
 	// source names where the config was read from, for error messages.
 	source string
@@ -95,11 +98,23 @@ type PolicyConfig struct {
 	Engine string `yaml:"engine" json:"engine"`
 }
 
-// DecisionLogConfig says where decision events are written.
+// DecisionLogConfig says where decision events are written and how
+// durably.
 type DecisionLogConfig struct {
 	// Path is the file decision events are appended to, one JSON line each.
 	// Empty means standard error.
 	Path string `yaml:"path" json:"path"`
+	// Fsync is "interval" (default: each event is written before its
+	// response is released and fsynced within FsyncInterval), "always"
+	// (fsynced before the response) or "never" (left to the kernel).
+	Fsync string `yaml:"fsync" json:"fsync"`
+	// FsyncInterval is the delay of "interval"; zero means one second.
+	FsyncInterval time.Duration `yaml:"fsync_interval" json:"fsync_interval"`
+	// MaxBytes rotates the file before it grows larger; zero never rotates.
+	MaxBytes int64 `yaml:"max_bytes" json:"max_bytes"`
+	// OnError is "deny" (default: a decision whose event cannot be written
+	// is a denial) or "allow" (fail open: the decision stands).
+	OnError string `yaml:"on_error" json:"on_error"`
 }
 
 // ListenerConfig is one downstream face: stdio, or streamable HTTP on an
@@ -113,6 +128,47 @@ type ListenerConfig struct {
 type PrincipalConfig struct {
 	ID     string         `yaml:"id" json:"id"`
 	Claims map[string]any `yaml:"claims" json:"claims"`
+}
+
+// AuthConfig says which credentials HTTP clients must present: a static
+// API key, or a JWT from an OAuth authorization server. With either set,
+// every HTTP request without valid credentials is answered 401.
+type AuthConfig struct {
+	// Resource is the public URL of the MCP endpoint, e.g.
+	// https://mcp.example.com/mcp: the "resource" of the RFC 9728
+	// protected-resource metadata, and the default JWT audience.
+	Resource string `yaml:"resource" json:"resource"`
+	// APIKeys are static bearer tokens, each kept only as its sha256.
+	APIKeys []APIKeyConfig `yaml:"api_keys" json:"api_keys"`
+	// JWT accepts bearer JWTs when its Issuer is set.
+	JWT JWTConfig `yaml:"jwt" json:"jwt"`
+}
+
+// Enabled reports whether HTTP clients must authenticate.
+func (a AuthConfig) Enabled() bool { return len(a.APIKeys) > 0 || a.JWT.Issuer != "" }
+
+// APIKeyConfig is one static bearer token and the principal it stands for.
+type APIKeyConfig struct {
+	// ID is the principal id of clients presenting this key.
+	ID string `yaml:"id" json:"id"`
+	// SHA256 is the hex sha256 of the token (sha256sum of the token
+	// without a newline); the token itself is never configured.
+	SHA256 string         `yaml:"sha256" json:"sha256"`
+	Claims map[string]any `yaml:"claims" json:"claims"`
+}
+
+// JWTConfig says how bearer JWTs are verified: signature against the keys
+// of JWKSFile (a JWKS or PEM public keys) or JWKSURL (fetched, cached and
+// refetched when a token names an unknown key id), issuer, audience, expiry
+// (required) and not-before.
+type JWTConfig struct {
+	Issuer string `yaml:"issuer" json:"issuer"`
+	// Audience is the required "aud"; empty means Resource.
+	Audience string `yaml:"audience" json:"audience"`
+	JWKSFile string `yaml:"jwks_file" json:"jwks_file"`
+	JWKSURL  string `yaml:"jwks_url" json:"jwks_url"`
+	// SubjectClaim holds the principal id; empty means "sub".
+	SubjectClaim string `yaml:"subject_claim" json:"subject_claim"`
 }
 
 // DefaultCallTimeout bounds a tools/call when the server sets no CallTimeout.

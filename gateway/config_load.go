@@ -155,4 +155,5 @@ func (c *Config) resolvePaths(dir string) {
 	}
 	c.Policy.Path = abs(c.Policy.Path)
 	c.DecisionLog.Path = abs(c.DecisionLog.Path)
+	c.Auth.JWT.JWKSFile = abs(c.Auth.JWT.JWKSFile)
 }

@@ -73,12 +73,19 @@ func TestLoadConfigValidYAML(t *testing.T) {
 			CallTimeout: DefaultCallTimeout,
 			Tools:       ToolFilter{Allow: []string{"*"}},
 		}},
-		Naming:      NamingFirst,
-		Policy:      PolicyConfig{Path: filepath.Join(dir, "policies"), Engine: "rego"},
-		DecisionLog: DecisionLogConfig{Path: filepath.Join(dir, "logs", "decisions.log")},
-		Listeners:   []ListenerConfig{{Stdio: true}, {HTTP: "127.0.0.1:8080"}},
-		Principal:   PrincipalConfig{ID: "alice", Claims: map[string]any{"team": "platform", "level": 3}},
-		source:      path,
+		Naming: NamingFirst,
+		Policy: PolicyConfig{Path: filepath.Join(dir, "policies"), Engine: "rego"},
+		DecisionLog: DecisionLogConfig{Path: filepath.Join(dir, "logs", "decisions.log"), Fsync: "always",
+			FsyncInterval: 2 * time.Second, MaxBytes: 100 << 20, OnError: "deny"},
+		Listeners: []ListenerConfig{{Stdio: true}, {HTTP: "127.0.0.1:8080"}},
+		Principal: PrincipalConfig{ID: "alice", Claims: map[string]any{"team": "platform", "level": 3}},
+		Auth: AuthConfig{
+			Resource: "https://mcp.example.com/mcp",
+			APIKeys:  []APIKeyConfig{{ID: "ci-bot", SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Claims: map[string]any{"team": "ci"}}},
+			JWT: JWTConfig{Issuer: "https://idp.example.com", Audience: "https://mcp.example.com/mcp",
+				JWKSFile: filepath.Join(dir, "keys", "jwks.json"), SubjectClaim: "sub"},
+		},
+		source: path,
 	}
 	assert.Equal(t, want, cfg)
 	assert.Empty(t, cfg.Warnings())

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/mcp-warden/mcp-warden/gateway/internal/authn"
 	"github.com/mcp-warden/mcp-warden/sandbox"
 )
 
@@ -188,6 +190,25 @@ func (c *Config) validate() []*ConfigError {
 		bad("policy.engine", fmt.Sprintf("%q is not a policy engine", c.Policy.Engine), "use rego, or leave it out")
 	}
 
+	dl := c.DecisionLog
+	if !slices.Contains([]string{"", "interval", "always", "never"}, dl.Fsync) {
+		bad("decision_log.fsync", fmt.Sprintf("%q is not an fsync policy", dl.Fsync), "use interval (the default), always or never")
+	}
+	if dl.FsyncInterval < 0 {
+		bad("decision_log.fsync_interval", fmt.Sprintf("negative (%s)", dl.FsyncInterval), `use a duration such as "1s", or 0 for the default`)
+	}
+	switch {
+	case dl.MaxBytes < 0 || dl.MaxBytes > 0 && dl.MaxBytes < 4096:
+		bad("decision_log.max_bytes", fmt.Sprintf("%d is too small to hold records", dl.MaxBytes), "use 0 (never rotate) or at least 4096, e.g. 104857600 for 100 MiB")
+	case dl.MaxBytes > 0 && dl.Path == "":
+		bad("decision_log.max_bytes", "rotation needs a file", "set decision_log.path, or remove max_bytes")
+	}
+	if !slices.Contains([]string{"", "deny", "allow"}, dl.OnError) {
+		bad("decision_log.on_error", fmt.Sprintf("%q is not deny or allow", dl.OnError), "use deny (the default: no response without its record) or allow (fail open)")
+	}
+
+	c.Auth.validate(bad)
+
 	firstStdio := -1
 	for i, l := range c.Listeners {
 		key := indexKey("listeners", i)
@@ -207,6 +228,51 @@ func (c *Config) validate() []*ConfigError {
 		}
 	}
 	return errs
+}
+
+func (a AuthConfig) validate(bad func(key, problem, fix string)) {
+	if a.Resource != "" {
+		if u, err := url.Parse(a.Resource); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			bad("auth.resource", fmt.Sprintf("%q is not an http(s) URL", a.Resource), "write the public URL of the MCP endpoint, e.g. https://mcp.example.com/mcp")
+		}
+	}
+	ids := map[string]int{}
+	for i, k := range a.APIKeys {
+		key := indexKey("auth.api_keys", i)
+		if j, dup := ids[k.ID]; dup {
+			bad(key+".id", fmt.Sprintf("%q is already the id of auth.api_keys[%d]", k.ID, j), "give each key its own id")
+		}
+		ids[k.ID] = i
+		if strings.TrimSpace(k.ID) == "" {
+			bad(key+".id", "missing", "name the principal the key stands for, e.g. id: ci-bot")
+		}
+		if _, err := authn.ParseKeyHash(k.SHA256); err != nil {
+			bad(key+".sha256", "not a hex sha256 (64 hex digits)", "write the hash of the token, e.g. printf %s \"$TOKEN\" | sha256sum, never the token")
+		}
+	}
+	j := a.JWT
+	if j == (JWTConfig{}) {
+		return
+	}
+	if j.Issuer == "" {
+		bad("auth.jwt.issuer", "missing", "set the issuer (iss) tokens must carry, e.g. https://idp.example.com")
+	}
+	if (j.JWKSFile == "") == (j.JWKSURL == "") {
+		bad("auth.jwt", "needs exactly one of jwks_file and jwks_url", "name the issuer's key set: jwks_url: https://idp.example.com/.well-known/jwks.json, or a local JWKS/PEM file")
+	}
+	if j.JWKSURL != "" {
+		if u, err := url.Parse(j.JWKSURL); err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && isLoopbackHost(u.Hostname()))) {
+			bad("auth.jwt.jwks_url", fmt.Sprintf("%q is not an https URL", j.JWKSURL), "use https (plain http only on a loopback host)")
+		}
+	}
+	if j.Audience == "" && a.Resource == "" {
+		bad("auth.jwt.audience", "missing, and no auth.resource to default to", "set auth.resource to the public URL of the MCP endpoint (or auth.jwt.audience)")
+	}
+}
+
+func isLoopbackHost(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // validName reports whether s is 1–maxLen characters of [A-Za-z0-9_-].
@@ -269,7 +335,7 @@ func (c *Config) Warnings() []string {
 			continue
 		}
 		host, _, _ := net.SplitHostPort(l.HTTP)
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		if !c.Auth.Enabled() && !isLoopbackHost(host) {
 			notes = append(notes, fmt.Sprintf("%s: listeners[%d].http: %q is reachable from other hosts and HTTP clients are not authenticated; "+
 				"bind 127.0.0.1 unless that is intended", source, i, l.HTTP))
 		}

@@ -63,6 +63,27 @@ func TestConfigValidate(t *testing.T) {
 			"naming", `"last" is not a naming mode`, "use prefix"},
 		{"engine", func(c *Config) { c.Policy.Engine = "wasm" },
 			"policy.engine", `"wasm" is not a policy engine`, "use rego"},
+		{"fsync", func(c *Config) { c.DecisionLog.Fsync = "sometimes" },
+			"decision_log.fsync", `"sometimes" is not an fsync policy`, "interval (the default), always or never"},
+		{"rotation without file", func(c *Config) { c.DecisionLog.MaxBytes = 1 << 20 },
+			"decision_log.max_bytes", "rotation needs a file", "set decision_log.path"},
+		{"tiny rotation", func(c *Config) { c.DecisionLog = DecisionLogConfig{Path: "d.log", MaxBytes: 10} },
+			"decision_log.max_bytes", "10 is too small to hold records", "at least 4096"},
+		{"on_error", func(c *Config) { c.DecisionLog.OnError = "ignore" },
+			"decision_log.on_error", `"ignore" is not deny or allow`, "fail open"},
+		{"api key as plain token", func(c *Config) { c.Auth.APIKeys = []APIKeyConfig{{ID: "ci", SHA256: "my-token"}} },
+			"auth.api_keys[0].sha256", "not a hex sha256 (64 hex digits)", "never the token"},
+		{"jwt without issuer", func(c *Config) {
+			c.Auth = AuthConfig{Resource: "https://gw.example/mcp", JWT: JWTConfig{JWKSFile: "k.pem"}}
+		}, "auth.jwt.issuer", "missing", "the issuer (iss)"},
+		{"jwt with two key sources", func(c *Config) {
+			c.Auth = AuthConfig{Resource: "https://gw.example/mcp", JWT: JWTConfig{Issuer: "https://idp", JWKSFile: "k.pem", JWKSURL: "https://idp/jwks"}}
+		}, "auth.jwt", "needs exactly one of jwks_file and jwks_url", "jwks_url"},
+		{"jwks over plain http", func(c *Config) {
+			c.Auth = AuthConfig{Resource: "https://gw.example/mcp", JWT: JWTConfig{Issuer: "https://idp", JWKSURL: "http://idp.example/jwks"}}
+		}, "auth.jwt.jwks_url", `"http://idp.example/jwks" is not an https URL`, "loopback"},
+		{"jwt without audience", func(c *Config) { c.Auth = AuthConfig{JWT: JWTConfig{Issuer: "https://idp", JWKSFile: "k.pem"}} },
+			"auth.jwt.audience", "missing, and no auth.resource to default to", "set auth.resource"},
 		{"listener with both", func(c *Config) { c.Listeners[0].HTTP = ":1" },
 			"listeners[0]", "sets both stdio and http", "split it"},
 		{"listener with neither", func(c *Config) { c.Listeners[1].HTTP = "" },

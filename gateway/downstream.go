@@ -110,15 +110,30 @@ func (g *Gateway) Serve(ctx context.Context, t mcp.Transport, principal policy.P
 	if principal.Transport == "" {
 		principal.Transport = TransportStdio
 	}
-	s := g.newMCPServer(func(mcp.Request) policy.Principal { return principal })
+	s := g.newMCPServer(func(req mcp.Request) policy.Principal { return principalOf(req, principal) })
 	return s.Run(ctx, t)
 }
 
+// principalOf is who made req: the principal the authenticator verified
+// (carried in the request's TokenInfo), else the configured one.
+func principalOf(req mcp.Request, configured policy.Principal) policy.Principal {
+	if extra := req.GetExtra(); extra != nil && extra.TokenInfo != nil {
+		if p, ok := extra.TokenInfo.Extra[principalKey].(policy.Principal); ok {
+			return p
+		}
+	}
+	if configured.AuthMethod == "" {
+		configured.AuthMethod = AuthNone
+	}
+	return configured
+}
+
 // HTTPHandler returns the streamable-HTTP face of the gateway, to be mounted
-// at a path such as /mcp. Until authentication is configured every request
-// is made as principal.
+// at a path such as /mcp. Requests carry no identity of their own here:
+// they are made as principal unless an authenticating handler in front
+// (as Run mounts when auth is configured) attached a verified one.
 func (g *Gateway) HTTPHandler(principal policy.Principal) http.Handler {
 	principal.Transport = TransportStreamableHTTP
-	s := g.newMCPServer(func(mcp.Request) policy.Principal { return principal })
+	s := g.newMCPServer(func(req mcp.Request) policy.Principal { return principalOf(req, principal) })
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
 }

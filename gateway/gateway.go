@@ -40,6 +40,7 @@ type Gateway struct {
 	logger  *slog.Logger
 	decider *policy.Decider
 	declog  *policy.DecisionLog
+	auth    *authenticator               // nil: HTTP clients are not authenticated
 	envs    map[string]map[string]string // server name → environment
 	envErrs map[string]error             // server name → why its environment could not be built
 
@@ -122,10 +123,21 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 
+	rules, err := policy.NewLogRules(context.Background(), p, PolicyData(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	dl := cfg.DecisionLog
 	logOpts := policy.DecisionLogOptions{
-		Labels:   map[string]string{"id": instanceID(), "version": Version, "type": "mcp-warden"},
-		Revision: engine.Revision(),
-		Redact:   secrets,
+		Labels:       map[string]string{"id": instanceID(), "version": Version, "type": "mcp-warden"},
+		Revision:     engine.Revision(),
+		Redact:       secrets,
+		Rules:        rules,
+		Sync:         policy.SyncPolicy(dl.Fsync),
+		SyncInterval: dl.FsyncInterval,
+		MaxBytes:     dl.MaxBytes,
+		FailOpen:     dl.OnError == "allow",
+		Logger:       o.logger,
 	}
 	switch {
 	case o.logWriter != nil:
@@ -138,6 +150,10 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		g.declog = policy.NewDecisionLog(os.Stderr, logOpts)
 	}
 	g.decider = policy.NewDecider(engine, g.declog)
+	if g.auth, err = newAuthenticator(cfg.Auth, o.logger); err != nil {
+		_ = g.declog.Close()
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -268,6 +284,9 @@ func (g *Gateway) ListTools(ctx context.Context, principal policy.Principal) ([]
 	if principal.Transport == "" {
 		principal.Transport = TransportAPI
 	}
+	if principal.AuthMethod == "" {
+		principal.AuthMethod = AuthNone
+	}
 	meta := requestMetaFrom(ctx)
 	now := policy.Timestamp(time.Now())
 	inputs := make([]policy.Input, len(cat.entries))
@@ -309,6 +328,9 @@ func (g *Gateway) CallTool(ctx context.Context, principal policy.Principal, name
 	}
 	if principal.Transport == "" {
 		principal.Transport = TransportAPI
+	}
+	if principal.AuthMethod == "" {
+		principal.AuthMethod = AuthNone
 	}
 	meta := requestMetaFrom(ctx)
 	d := g.decider.Decide(ctx, policy.Input{

@@ -145,7 +145,9 @@ func TestE2EDemoPolicyThroughGoAPI(t *testing.T) {
 	assert.Equal(t, "tools/list", evs[0]["input"].(map[string]any)["action"])
 	assert.Len(t, evs[0]["result"], 4, "the list event carries every tool's decision")
 	denyEv := evs[3]
-	assert.Equal(t, map[string]any{"name": "private/diary"}, denyEv["input"].(map[string]any)["arguments"])
+	assert.Equal(t, map[string]any{}, denyEv["input"].(map[string]any)["arguments"], "the demo's mask rule removes private note names")
+	assert.Equal(t, []any{"/input/arguments/name"}, denyEv["erased"])
+	assert.Equal(t, map[string]any{"name": "welcome"}, evs[4]["input"].(map[string]any)["arguments"], "and keeps other arguments")
 	assert.Equal(t, false, denyEv["result"].(map[string]any)["allow"])
 	assert.Equal(t, true, evs[2]["result"].(map[string]any)["hidden"])
 }

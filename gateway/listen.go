@@ -36,7 +36,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return fmt.Errorf("listen %s: %w", l.HTTP, err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/mcp", g.HTTPHandler(principal))
+		g.auth.mount(mux, "/mcp", g.HTTPHandler(principal))
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		servers = append(servers, srv)
 		logger.Info("serving streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp")

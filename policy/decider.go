@@ -31,8 +31,9 @@ func (d *Decider) Revision() string { return d.engine.Revision() }
 func (d *Decider) Decide(ctx context.Context, in Input) Decision {
 	start := time.Now()
 	dec, evalErr := d.evaluate(ctx, in)
-	ev := d.log.newEvent(in, dec, evalErr, time.Since(start))
-	if err := d.log.write(ev); err != nil {
+	eval := time.Since(start)
+	ev := d.log.newEvent(in, dec, evalErr, time.Since(start), eval)
+	if err := d.log.write(ctx, ev); err != nil {
 		return denyForError(in.Action, fmt.Errorf("decision log: %w", err))
 	}
 	return dec
@@ -49,8 +50,9 @@ func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision
 	for i, in := range inputs {
 		decisions[i], errs[i] = d.evaluate(ctx, in)
 	}
-	ev := d.log.newListEvent(inputs, decisions, errs, time.Since(start))
-	if err := d.log.write(ev); err != nil {
+	eval := time.Since(start)
+	ev := d.log.newListEvent(inputs, decisions, errs, time.Since(start), eval)
+	if err := d.log.write(ctx, ev); err != nil {
 		for i := range decisions {
 			decisions[i] = denyForError(ActionToolsList, fmt.Errorf("decision log: %w", err))
 		}

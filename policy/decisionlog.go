@@ -2,15 +2,17 @@ package policy
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
+	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mcp-warden/mcp-warden/policy/internal/auditlog"
 )
 
 // Event is one decision-log record, in OPA's decision-log event schema
@@ -34,6 +36,19 @@ type Event struct {
 	RequestID  uint64                    `json:"req_id"`
 	Timestamp  string                    `json:"timestamp"`
 	Metrics    map[string]int64          `json:"metrics"`
+	// Erased and Masked list the paths the mask removed and replaced.
+	Erased []string `json:"erased,omitempty"`
+	Masked []string `json:"masked,omitempty"`
+	// Custom holds notes of the gateway, such as a failing drop or mask
+	// rule.
+	Custom map[string]any `json:"custom,omitempty"`
+}
+
+func (ev *Event) note(key, value string) {
+	if ev.Custom == nil {
+		ev.Custom = map[string]any{}
+	}
+	ev.Custom[key] = value
 }
 
 // BundleRevision is the revision of the policy an event was decided with.
@@ -72,19 +87,38 @@ type listResult struct {
 // DecisionLog writes decision events as JSON lines. Each event is written
 // with a single Write call under a lock, before the decision is returned to
 // the gateway, so a response is never released for an unlogged decision.
-// Configured secret values are replaced by "[REDACTED]" wherever they occur
-// in an event. It is safe for concurrent use.
+// Events form a hash chain: each carries "prev_hash", the hash of the event
+// before it, and "hash", its own sha256 over a canonical encoding, so that
+// VerifyDecisionLog finds any edited, deleted, reordered or truncated
+// record. Configured secret values are replaced by "[REDACTED]" wherever
+// they occur in an event. It is safe for concurrent use.
 type DecisionLog struct {
 	labels   map[string]string
 	revision string
 	redact   []string
 
-	mu sync.Mutex
-	w  io.Writer
-	f  *os.File // set when the log owns a file
+	chain    *auditlog.Writer
+	rules    *LogRules
+	failOpen bool
+	logger   *slog.Logger
 
 	reqID atomic.Uint64
 }
+
+// SyncPolicy says when decision-log records are forced to stable storage.
+type SyncPolicy string
+
+const (
+	// SyncInterval (the default) writes each record with write(2) before
+	// the decision is released, so it survives a crash of the gateway, and
+	// fsyncs within SyncInterval, so a crash of the machine loses at most
+	// that much.
+	SyncInterval SyncPolicy = "interval"
+	// SyncAlways fsyncs each record before the decision is released.
+	SyncAlways SyncPolicy = "always"
+	// SyncNever leaves flushing to the kernel.
+	SyncNever SyncPolicy = "never"
+)
 
 // DecisionLogOptions configures a DecisionLog.
 type DecisionLogOptions struct {
@@ -95,11 +129,36 @@ type DecisionLogOptions struct {
 	Revision string
 	// Redact lists secret values that must never appear in an event.
 	Redact []string
+	// Rules are the policy's drop and mask rules; nil applies the default
+	// mask (arguments removed).
+	Rules *LogRules
+	// Sync is the fsync policy of a file log ("" means SyncInterval), and
+	// SyncInterval its delay (0 means one second).
+	Sync         SyncPolicy
+	SyncInterval time.Duration
+	// MaxBytes rotates a file log before it would grow larger; 0 never
+	// rotates. Rotated files are named <path>.<UTC time>; the hash chain
+	// continues across them.
+	MaxBytes int64
+	// FailOpen lets decisions stand when their event cannot be written
+	// (the failure goes to Logger). The default denies them.
+	FailOpen bool
+	// Logger receives write failures when FailOpen is set.
+	Logger *slog.Logger
 }
 
-// NewDecisionLog returns a log writing to w.
+// NewDecisionLog returns a log writing to w, whose chain starts afresh.
+// It neither rotates nor syncs w.
 func NewDecisionLog(w io.Writer, opts DecisionLogOptions) *DecisionLog {
-	l := &DecisionLog{w: w, labels: opts.Labels, revision: opts.Revision}
+	return newDecisionLog(auditlog.NewWriter(w), opts)
+}
+
+func newDecisionLog(chain *auditlog.Writer, opts DecisionLogOptions) *DecisionLog {
+	l := &DecisionLog{chain: chain, labels: opts.Labels, revision: opts.Revision,
+		rules: opts.Rules, failOpen: opts.FailOpen, logger: opts.Logger}
+	if l.logger == nil {
+		l.logger = slog.New(slog.DiscardHandler)
+	}
 	for _, s := range opts.Redact {
 		if s != "" {
 			l.redact = append(l.redact, s)
@@ -109,32 +168,37 @@ func NewDecisionLog(w io.Writer, opts DecisionLogOptions) *DecisionLog {
 }
 
 // OpenDecisionLog returns a log appending to the file at path, created with
-// mode 0600 if missing. Close closes the file.
+// mode 0600 if missing, continuing the hash chain of its last record. It
+// refuses a file whose last record is incomplete or altered. Close closes
+// the file.
 func OpenDecisionLog(path string, opts DecisionLogOptions) (*DecisionLog, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	sync := auditlog.SyncInterval
+	switch opts.Sync {
+	case "", SyncInterval:
+	case SyncAlways:
+		sync = auditlog.SyncAlways
+	case SyncNever:
+		sync = auditlog.SyncNever
+	default:
+		return nil, fmt.Errorf("decision log: unknown sync policy %q", opts.Sync)
+	}
+	chain, err := auditlog.Open(path, auditlog.Options{MaxBytes: opts.MaxBytes, Sync: sync, Interval: opts.SyncInterval})
 	if err != nil {
-		return nil, fmt.Errorf("open decision log: %w", err)
+		return nil, err
 	}
-	l := NewDecisionLog(f, opts)
-	l.f = f
-	return l, nil
+	return newDecisionLog(chain, opts), nil
 }
 
-// Close closes the log's file, if it owns one.
-func (l *DecisionLog) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.f == nil {
-		return nil
-	}
-	err := l.f.Close()
-	l.f = nil
-	l.w = io.Discard
-	return err
-}
+// Close syncs and closes the log's file, if it owns one; later decisions
+// cannot be logged and are denied.
+func (l *DecisionLog) Close() error { return l.chain.Close() }
 
-func (l *DecisionLog) newEvent(in Input, dec Decision, evalErr error, took time.Duration) *Event {
-	ev := l.baseEvent(took)
+func (l *DecisionLog) newEvent(in Input, dec Decision, evalErr error, took, eval time.Duration) *Event {
+	ev := l.baseEvent(took, eval)
+	if !l.rules.masksByPolicy() && in.Arguments != nil {
+		in.Arguments = nil // the default mask; in is a copy
+		ev.Erased = []string{"/input/arguments"}
+	}
 	ev.Input = in
 	ev.Result = dec.Result()
 	if evalErr != nil {
@@ -143,8 +207,8 @@ func (l *DecisionLog) newEvent(in Input, dec Decision, evalErr error, took time.
 	return ev
 }
 
-func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []error, took time.Duration) *Event {
-	ev := l.baseEvent(took)
+func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []error, took, eval time.Duration) *Event {
+	ev := l.baseEvent(took, eval)
 	li := listInput{Action: ActionToolsList, Tools: make([]listedTool, len(inputs))}
 	results := make([]listResult, len(inputs))
 	for i, in := range inputs {
@@ -163,14 +227,17 @@ func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []
 	return ev
 }
 
-func (l *DecisionLog) baseEvent(took time.Duration) *Event {
+func (l *DecisionLog) baseEvent(took, eval time.Duration) *Event {
 	ev := &Event{
 		Labels:     l.labels,
 		DecisionID: newUUID(),
 		Path:       EntrypointPath,
 		RequestID:  l.reqID.Add(1),
 		Timestamp:  time.Now().UTC().Format(time.RFC3339Nano),
-		Metrics:    map[string]int64{"timer_mcp_warden_decision_ns": took.Nanoseconds()},
+		Metrics: map[string]int64{
+			"timer_mcp_warden_decision_ns": took.Nanoseconds(),
+			"timer_rego_query_eval_ns":     eval.Nanoseconds(),
+		},
 	}
 	if l.revision != "" {
 		ev.Bundles = map[string]BundleRevision{"mcp-warden": {Revision: l.revision}}
@@ -178,8 +245,24 @@ func (l *DecisionLog) baseEvent(took time.Duration) *Event {
 	return ev
 }
 
-// write encodes ev as one line and writes it.
-func (l *DecisionLog) write(ev *Event) error {
+// write applies the drop and mask rules to ev and appends it to the chain.
+// With FailOpen a failure is reported to the logger and not returned.
+func (l *DecisionLog) write(ctx context.Context, ev *Event) error {
+	err := l.append(ctx, ev)
+	if err != nil && l.failOpen {
+		l.logger.Error("decision log write failed; decision released (fail-open configured)",
+			"decision_id", ev.DecisionID, "error", err)
+		return nil
+	}
+	return err
+}
+
+func (l *DecisionLog) append(ctx context.Context, ev *Event) error {
+	if l.rules != nil {
+		if drop, err := l.rules.apply(ctx, ev); err != nil || drop {
+			return err
+		}
+	}
 	b, err := json.Marshal(ev)
 	if err != nil {
 		return fmt.Errorf("encode event: %w", err)
@@ -190,11 +273,7 @@ func (l *DecisionLog) write(ev *Event) error {
 			return err
 		}
 	}
-	b = append(b, '\n')
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, err = l.w.Write(b)
-	return err
+	return l.chain.Append(b)
 }
 
 // redactSecrets replaces every occurrence of a secret inside the JSON

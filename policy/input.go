@@ -51,8 +51,12 @@ type Input struct {
 type Principal struct {
 	// ID names the client (a configured id, or a token's subject).
 	ID string `json:"id"`
-	// Claims are what is known about the client beyond its id.
+	// Claims are what is known about the client beyond its id: the
+	// configured claims, or a verified JWT's claims.
 	Claims map[string]any `json:"claims,omitempty"`
+	// AuthMethod is how the client was authenticated: "api_key", "jwt",
+	// or "none" when no credentials were checked (a configured principal).
+	AuthMethod string `json:"auth_method"`
 	// Transport is the downstream transport: "stdio", "streamable-http" or
 	// "api" for the Go embedding API.
 	Transport string `json:"transport"`

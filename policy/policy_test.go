@@ -33,7 +33,7 @@ var serverData = map[string]any{"warden": map[string]any{"servers": map[string]a
 func input(action policy.Action, tool string, args map[string]any) policy.Input {
 	return policy.Input{
 		Action:    action,
-		Principal: policy.Principal{ID: "alice", Transport: "api"},
+		Principal: policy.Principal{ID: "alice", Transport: "api", AuthMethod: "none"},
 		Server:    policy.Server{Name: "files", Command: "files-server"},
 		Tool:      policy.Tool{Name: "files__" + tool, UpstreamName: tool, SHA256: strings.Repeat("0", 64)},
 		Arguments: args,
@@ -48,6 +48,8 @@ func newDecider(t *testing.T, p *rego.Policy, data map[string]any, opts policy.D
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	opts.Revision = engine.Revision()
+	opts.Rules, err = policy.NewLogRules(context.Background(), p, data)
+	require.NoError(t, err)
 	return policy.NewDecider(engine, policy.NewDecisionLog(&syncWriter{w: &buf}, opts)), &buf
 }
 
@@ -110,10 +112,17 @@ func TestDecideDefaultPolicyAndEventSchema(t *testing.T) {
 	_, err := time.Parse(time.RFC3339Nano, ev["timestamp"].(string))
 	assert.NoError(t, err)
 	assert.Contains(t, ev["metrics"], "timer_mcp_warden_decision_ns")
+	assert.Contains(t, ev["metrics"], "timer_rego_query_eval_ns", "evaluation time, under OPA's metric name")
+	assert.Equal(t, float64(1), ev["req_id"])
+	assert.Regexp(t, "^[0-9a-f]{64}$", ev["hash"], "every record is hash-chained")
+	assert.Equal(t, strings.Repeat("0", 64), ev["prev_hash"], "the first record starts the chain")
+	assert.Equal(t, ev["hash"], evs[1]["prev_hash"])
 	assert.Equal(t, true, ev["result"].(map[string]any)["allow"])
 	in := ev["input"].(map[string]any)
 	assert.Equal(t, "tools/call", in["action"])
-	assert.Equal(t, map[string]any{"path": "a.txt"}, in["arguments"], "arguments are visible in the logged input")
+	assert.NotContains(t, in, "arguments", "arguments are not logged unless the policy's mask says otherwise")
+	assert.Equal(t, []any{"/input/arguments"}, ev["erased"])
+	assert.Equal(t, map[string]any{"id": "alice", "transport": "api", "auth_method": "none"}, in["principal"])
 	assert.NotEqual(t, evs[0]["decision_id"], evs[1]["decision_id"])
 	assert.Equal(t, true, evs[1]["result"].(map[string]any)["hidden"])
 }
@@ -205,9 +214,17 @@ func TestUnwritableLogDenies(t *testing.T) {
 	assert.False(t, exposure[0].Allow)
 }
 
+// allowAll allows everything and keeps arguments in the log: its mask
+// rule is defined (so the default mask does not apply) but empty.
+var allowAll = map[string]string{
+	"p.rego":   "package mcp.warden\n\ndecision := {\"allow\": true}\n",
+	"log.rego": "package system.log\n\nmask contains x if {\n\tsome x in []\n}\n",
+}
+
 func TestSecretsNeverLogged(t *testing.T) {
 	const secret = `s3cr3t-"token"\value`
-	d, buf := newDecider(t, rego.Default(), serverData, policy.DecisionLogOptions{Redact: []string{secret}})
+	p := policyDir(t, allowAll)
+	d, buf := newDecider(t, p, nil, policy.DecisionLogOptions{Redact: []string{secret}})
 	d.Decide(context.Background(), input(policy.ActionToolsCall, "read_file", map[string]any{
 		"path": "prefix-" + secret, secret: "as a key too",
 	}))
@@ -273,6 +290,7 @@ func TestInputMatchesSchemaFields(t *testing.T) {
 	full := input(policy.ActionToolsCall, "x", map[string]any{"a": 1})
 	full.RequestID, full.SessionID = "1", "s"
 	full.Principal.Claims = map[string]any{"k": "v"}
+	full.Principal.AuthMethod = "jwt"
 	full.Server.Args = []string{"a"}
 	full.Tool.Description, full.Tool.InputSchema, full.Tool.Annotations = "d", map[string]any{}, map[string]any{}
 	enc, err := json.Marshal(full)

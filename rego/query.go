@@ -15,6 +15,11 @@ import (
 	"github.com/mcp-warden/mcp-warden/rego/internal/jsonast"
 )
 
+// ErrNotDefined is returned (wrapped) by Prepare for a rule that neither
+// the policy's modules nor its data define, so that callers preparing
+// optional rules can tell absence from a broken policy.
+var ErrNotDefined = errors.New("no rule or data of the policy defines it")
+
 // Query is one rule of one policy, compiled once and evaluated many times.
 // It is safe for concurrent use.
 type Query struct {
@@ -72,7 +77,7 @@ func Prepare(ctx context.Context, p *Policy, rule string, data map[string]any) (
 		return nil, fmt.Errorf("prepare %s: %w", rule, regoErrors(err))
 	}
 	if len(compiler.GetRules(ref)) == 0 && !definedIn(merged, ref) {
-		return nil, fmt.Errorf("prepare %s: no rule or data of the policy defines it", rule)
+		return nil, fmt.Errorf("prepare %s: %w", rule, ErrNotDefined)
 	}
 	return &Query{rule: ref.String(), prepared: prepared}, nil
 }

@@ -10,6 +10,7 @@
 //	mcp-warden serve --demo                           # embedded demo server and policy
 //	mcp-warden policy test [dir…]
 //	mcp-warden policy eval --input input.json [--policy dir] [--config gateway.yaml]
+//	mcp-warden audit verify decisions.log.* decisions.log
 package main
 
 import (
@@ -38,6 +39,6 @@ func rootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), policyCommand(), sandboxCommand(), demoServerCommand())
+	root.AddCommand(serveCommand(), policyCommand(), auditCommand(), sandboxCommand(), demoServerCommand())
 	return root
 }

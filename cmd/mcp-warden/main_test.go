@@ -138,7 +138,10 @@ func TestE2EServeDemoOverHTTP(t *testing.T) {
 	log, err := os.ReadFile(logPath)
 	require.NoError(t, err)
 	assert.Equal(t, 2, bytes.Count(log, []byte("\n")))
-	assert.Contains(t, string(log), `"principal":{"id":"demo-user","transport":"streamable-http"}`)
+	assert.Contains(t, string(log), `"principal":{"auth_method":"none","id":"demo-user","transport":"streamable-http"}`)
+	out, err := exec.Command(testenv.BuildGo(t, "./cmd/mcp-warden"), "audit", "verify", logPath).CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "ok: 2 records")
 }
 
 // TestE2EGatewaySIGKILLLeavesNoProcess kills the gateway process outright:

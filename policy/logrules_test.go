@@ -1,0 +1,117 @@
+package policy_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcp-warden/mcp-warden/policy"
+	"github.com/mcp-warden/mcp-warden/rego"
+)
+
+func TestMaskRuleHasOPASemantics(t *testing.T) {
+	p := policyDir(t, map[string]string{
+		"p.rego": "package mcp.warden\n\ndecision := {\"allow\": true, \"note\": \"n\"}\n",
+		"log.rego": `package system.log
+
+# The mask sees the unmasked event: it can decide on argument values.
+mask contains "/input/arguments/password" if input.input.arguments.password
+mask contains {"op": "upsert", "path": "/input/arguments/token", "value": "***"}
+mask contains "/result/note"
+mask contains "/input/arguments/absent"
+`,
+	})
+	d, buf := newDecider(t, p, nil, policy.DecisionLogOptions{})
+	dec := d.Decide(context.Background(), input(policy.ActionToolsCall, "x", map[string]any{
+		"password": "hunter2", "token": "abc", "path": "a.txt",
+	}))
+	assert.True(t, dec.Allow)
+	assert.Equal(t, "n", dec.Extra["note"], "masking the log never changes the decision")
+
+	ev := events(t, buf)[0]
+	assert.Equal(t, map[string]any{"token": "***", "path": "a.txt"}, ev["input"].(map[string]any)["arguments"])
+	assert.NotContains(t, ev["result"], "note")
+	assert.ElementsMatch(t, []any{"/input/arguments/password", "/result/note"}, ev["erased"], "undefined paths are ignored")
+	assert.Equal(t, []any{"/input/arguments/token"}, ev["masked"])
+	assert.NotContains(t, buf.String(), "hunter2")
+}
+
+func TestDropRuleSkipsEventsAndKeepsTheChain(t *testing.T) {
+	p := policyDir(t, map[string]string{
+		"p.rego":   "package mcp.warden\n\ndecision := {\"allow\": true}\n",
+		"log.rego": "package system.log\n\ndrop if input.input.tool.upstream_name == \"noisy\"\n",
+	})
+	engine, err := policy.NewRegoEngine(context.Background(), p, nil)
+	require.NoError(t, err)
+	rules, err := policy.NewLogRules(context.Background(), p, nil)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	l, err := policy.OpenDecisionLog(path, policy.DecisionLogOptions{Rules: rules, Sync: policy.SyncAlways})
+	require.NoError(t, err)
+	d := policy.NewDecider(engine, l)
+	for _, tool := range []string{"a", "noisy", "b", "noisy", "c"} {
+		assert.True(t, d.Decide(context.Background(), input(policy.ActionToolsCall, tool, nil)).Allow, "dropping the event keeps the decision")
+	}
+	require.NoError(t, l.Close())
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	evs := events(t, bytes.NewBuffer(b))
+	require.Len(t, evs, 3)
+	for _, ev := range evs {
+		assert.NotEqual(t, "noisy", ev["input"].(map[string]any)["tool"].(map[string]any)["upstream_name"])
+	}
+	s, err := policy.VerifyDecisionLog([]string{path}, true)
+	require.NoError(t, err)
+	assert.Equal(t, 3, s.Records)
+}
+
+func TestFailingMaskRuleErasesInputAndResult(t *testing.T) {
+	p := policyDir(t, map[string]string{
+		"p.rego":   "package mcp.warden\n\ndecision := {\"allow\": true}\n",
+		"log.rego": "package system.log\n\nmask contains \"/labels/id\"\n",
+	})
+	d, buf := newDecider(t, p, nil, policy.DecisionLogOptions{})
+	assert.True(t, d.Decide(context.Background(), input(policy.ActionToolsCall, "x", map[string]any{"k": "secret-ish"})).Allow)
+	ev := events(t, buf)[0]
+	assert.Nil(t, ev["input"])
+	assert.Equal(t, []any{"/input", "/result"}, ev["erased"])
+	assert.Contains(t, ev["custom"].(map[string]any)["mask_error"], "not under /input or /result")
+	assert.NotContains(t, buf.String(), "secret-ish")
+}
+
+func TestUnwritableLogFailsOpenOnlyWhenConfigured(t *testing.T) {
+	engine, err := policy.NewRegoEngine(context.Background(), rego.Default(), serverData)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	l, err := policy.OpenDecisionLog(path, policy.DecisionLogOptions{FailOpen: true})
+	require.NoError(t, err)
+	require.NoError(t, l.Close()) // every write now fails
+	d := policy.NewDecider(engine, l)
+	assert.True(t, d.Decide(context.Background(), input(policy.ActionToolsCall, "read_file", nil)).Allow)
+	assert.False(t, d.Decide(context.Background(), input(policy.ActionToolsCall, "delete", nil)).Allow,
+		"fail-open keeps the policy's own denials")
+}
+
+func TestDecisionLogRotatesBySizeAndVerifies(t *testing.T) {
+	engine, err := policy.NewRegoEngine(context.Background(), rego.Default(), serverData)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	l, err := policy.OpenDecisionLog(path, policy.DecisionLogOptions{MaxBytes: 4096, Sync: policy.SyncNever})
+	require.NoError(t, err)
+	d := policy.NewDecider(engine, l)
+	for range 30 {
+		d.Decide(context.Background(), input(policy.ActionToolsCall, "read_file", nil))
+	}
+	require.NoError(t, l.Close())
+	rotated, err := filepath.Glob(path + ".*")
+	require.NoError(t, err)
+	require.NotEmpty(t, rotated)
+	s, err := policy.VerifyDecisionLog(append(rotated, path), true)
+	require.NoError(t, err)
+	assert.Equal(t, 30, s.Records)
+}
