@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,6 +49,11 @@ type Gateway struct {
 	upstreams []*upstream
 	catalog   *catalog
 	status    []ServerStatus
+
+	inflight inflightCounter // forwarded requests, awaited by shutdown
+
+	facesMu sync.Mutex
+	faces   []*mcp.Server // the downstream MCP servers, told about list changes
 }
 
 // ServerStatus reports how an upstream server's start went.
@@ -205,7 +211,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 			continue
 		}
 		wg.Go(func() {
-			u, err := startUpstream(ctx, sc, g.envs[sc.Name], g.logger)
+			u, err := startUpstream(ctx, g, sc, g.envs[sc.Name])
 			if err != nil {
 				status[i].Err = err
 				return
@@ -222,7 +228,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 		if u != nil {
 			running = append(running, u)
 			g.logger.Info("server started", "server", status[i].Name, "tools", status[i].Tools,
-				"pid_namespace", u.confinement.PIDNamespace)
+				"pid_namespace", u.confinement.PIDNamespace, "modern", u.modern != nil)
 			continue
 		}
 		errs = append(errs, status[i].Err)
@@ -230,7 +236,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 	}
 	cat, notes := buildCatalog(running, g.cfg.Naming)
 	for _, n := range notes {
-		g.logger.Warn("tool not exposed", "detail", n)
+		g.logger.Warn("not exposed", "detail", n)
 	}
 
 	g.mu.Lock()
@@ -263,28 +269,44 @@ func (g *Gateway) ListTools(ctx context.Context, principal policy.Principal) ([]
 	if principal.Transport == "" {
 		principal.Transport = TransportAPI
 	}
-	meta := requestMetaFrom(ctx)
-	now := policy.Timestamp(time.Now())
-	inputs := make([]policy.Input, len(cat.entries))
-	for i, e := range cat.entries {
-		inputs[i] = policy.Input{
-			Action:    policy.ActionToolsList,
-			Principal: principal,
-			Server:    e.server,
-			Tool:      e.input,
-			RequestID: meta.requestID,
-			SessionID: meta.sessionID,
-			Time:      now,
-		}
-	}
-	decisions := g.decider.DecideExposure(ctx, inputs)
 	tools := []*mcp.Tool{}
-	for i, d := range decisions {
-		if d.Allow {
+	for i, ok := range g.decideExposure(ctx, principal, policy.ActionToolsList, len(cat.entries), func(i int, in *policy.Input) {
+		in.Server, in.Tool = cat.entries[i].server, cat.entries[i].input
+	}) {
+		if ok {
 			tools = append(tools, cat.entries[i].exposedTool())
 		}
 	}
 	return tools, nil
+}
+
+// decideExposure decides, as one logged list decision, which of n items
+// principal may see; fill sets each input's server and item.
+func (g *Gateway) decideExposure(ctx context.Context, principal policy.Principal, action policy.Action, n int, fill func(int, *policy.Input)) []bool {
+	if n == 0 {
+		return nil
+	}
+	meta := requestMetaFrom(ctx)
+	now := policy.Timestamp(time.Now())
+	inputs := make([]policy.Input, n)
+	for i := range inputs {
+		inputs[i] = policy.Input{Action: action, Principal: principal, RequestID: meta.requestID, SessionID: meta.sessionID, Time: now}
+		fill(i, &inputs[i])
+	}
+	out := make([]bool, n)
+	for i, d := range g.decider.DecideExposure(ctx, inputs) {
+		out[i] = d.Allow
+	}
+	return out
+}
+
+// decide makes and logs one decision on in, completed with the request's
+// principal, ids and time.
+func (g *Gateway) decide(ctx context.Context, principal policy.Principal, in policy.Input) policy.Decision {
+	meta := requestMetaFrom(ctx)
+	in.Principal, in.RequestID, in.SessionID = principal, meta.requestID, meta.sessionID
+	in.Time = policy.Timestamp(time.Now())
+	return g.decider.Decide(ctx, in)
 }
 
 // CallTool calls the tool exposed as name for principal, after policy allows
@@ -305,24 +327,24 @@ func (g *Gateway) CallTool(ctx context.Context, principal policy.Principal, name
 	if principal.Transport == "" {
 		principal.Transport = TransportAPI
 	}
-	meta := requestMetaFrom(ctx)
-	d := g.decider.Decide(ctx, policy.Input{
-		Action:    policy.ActionToolsCall,
-		Principal: principal,
-		Server:    e.server,
-		Tool:      e.input,
-		Arguments: args,
-		RequestID: meta.requestID,
-		SessionID: meta.sessionID,
-		Time:      policy.Timestamp(time.Now()),
-	})
+	d := g.decide(ctx, principal, policy.Input{Action: policy.ActionToolsCall, Server: e.server, Tool: e.input, Arguments: args})
 	if !d.Allow {
 		if d.Hidden {
 			return nil, unknownToolError(name)
 		}
 		return toolError("denied by policy: " + d.Reason), nil
 	}
-	res, err := e.upstream.call(ctx, e.tool.Name, args)
+	if args == nil {
+		args = map[string]any{} // servers reject a null arguments object
+	}
+	down := requestMetaFrom(ctx)
+	res, err := forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.CallToolResult, error) {
+		return s.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: e.tool.Name, Arguments: args,
+			InputResponses: down.inputResponses, RequestState: down.requestState})
+	})
+	if err == nil {
+		stripServerInfo(res)
+	}
 	if err != nil {
 		var rpcErr *jsonrpc.Error
 		if errors.As(err, &rpcErr) {
@@ -385,4 +407,86 @@ func (g *Gateway) closeUpstreamsLocked() error {
 func instanceID() string {
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s/%d", host, os.Getpid())
+}
+
+// upstreamError is what the client sees when a forwarded request fails: the
+// server's own protocol error as it sent it, anything else (a timeout, a
+// broken connection) as an internal error naming the server.
+func upstreamError(u *upstream, err error) error {
+	if err == nil {
+		return nil
+	}
+	var rpcErr *jsonrpc.Error
+	if errors.As(err, &rpcErr) {
+		return rpcErr
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("server %q: %v", u.cfg.Name, err)}
+}
+
+// stripServerInfo removes the upstream's self-description from a result:
+// the client talks to the gateway, which adds its own.
+func stripServerInfo(res mcp.Result) {
+	if res == nil {
+		return
+	}
+	if m := res.GetMeta(); m != nil {
+		delete(m, mcp.MetaKeyServerInfo)
+		if len(m) == 0 {
+			res.SetMeta(nil)
+		}
+	}
+}
+
+// upstreamChanged re-lists what changed on u, rebuilds the catalog (so every
+// later list is decided afresh by policy) and tells the downstream clients
+// that their lists changed.
+func (g *Gateway) upstreamChanged(u *upstream, tools, resources, prompts bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := u.refresh(ctx, tools, resources, prompts); err != nil {
+		g.logger.Warn("re-list after list_changed failed", "server", u.cfg.Name, "error", err)
+		return
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return
+	}
+	cat, notes := buildCatalog(g.upstreams, g.cfg.Naming)
+	g.catalog = cat
+	for i := range g.status {
+		if g.status[i].Name == u.cfg.Name {
+			g.status[i].Tools = len(u.tools)
+		}
+	}
+	g.mu.Unlock()
+	for _, n := range notes {
+		g.logger.Warn("not exposed", "detail", n)
+	}
+	g.logger.Info("upstream lists changed", "server", u.cfg.Name, "tools", tools, "resources", resources, "prompts", prompts)
+	for _, s := range g.downstreamServers() {
+		notifyListChanged(s, tools, resources, prompts)
+	}
+}
+
+// addDownstreamServer records a downstream MCP server, to be told about
+// list changes; the returned func forgets it.
+func (g *Gateway) addDownstreamServer(s *mcp.Server) {
+	g.facesMu.Lock()
+	defer g.facesMu.Unlock()
+	g.faces = append(g.faces, s)
+}
+
+func (g *Gateway) forgetDownstreamServer(s *mcp.Server) {
+	g.facesMu.Lock()
+	defer g.facesMu.Unlock()
+	if i := slices.Index(g.faces, s); i >= 0 {
+		g.faces = slices.Delete(g.faces, i, i+1)
+	}
+}
+
+func (g *Gateway) downstreamServers() []*mcp.Server {
+	g.facesMu.Lock()
+	defer g.facesMu.Unlock()
+	return slices.Clone(g.faces)
 }

@@ -35,7 +35,7 @@ func input(action policy.Action, tool string, args map[string]any) policy.Input 
 		Action:    action,
 		Principal: policy.Principal{ID: "alice", Transport: "api"},
 		Server:    policy.Server{Name: "files", Command: "files-server"},
-		Tool:      policy.Tool{Name: "files__" + tool, UpstreamName: tool, SHA256: strings.Repeat("0", 64)},
+		Tool:      &policy.Tool{Name: "files__" + tool, UpstreamName: tool, SHA256: strings.Repeat("0", 64)},
 		Arguments: args,
 		Time:      policy.Timestamp(time.Now()),
 	}
