@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -69,6 +71,10 @@ var downstreamCapabilities = &mcp.ServerCapabilities{
 	Logging:     &mcp.LoggingCapabilities{},
 }
 
+// privateCache marks every list and read result as cacheable by the
+// requesting client only: what it holds was decided for its principal.
+var privateCache = mcp.Cacheable{CacheScope: "private"}
+
 // newMCPServer returns an MCP server clients talk to. Every feature request
 // is answered by the Gateway method of the same name (ListTools, CallTool,
 // ReadResource, GetPrompt…) for the principal principalOf finds; the
@@ -90,7 +96,7 @@ func (g *Gateway) newMCPServer(base policy.Principal, transport string) *mcp.Ser
 	})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			res, err := g.answer(withRequestMeta(ctx, req), method, req, who)
+			res, err := g.answer(ctx, method, req, who)
 			if err == errNotIntercepted {
 				return next(ctx, method, req)
 			}
@@ -98,7 +104,38 @@ func (g *Gateway) newMCPServer(base policy.Principal, transport string) *mcp.Ser
 		}
 	})
 	g.addDownstreamServer(s)
+	if cat, err := g.currentCatalog(); err == nil {
+		registerTools(s, nil, cat)
+	}
 	return s
+}
+
+// registerTools mirrors the exposed tools (before: the previous catalog)
+// into s's own registry. They are never called there — the middleware
+// answers tools/list and tools/call — but the SDK validates a 2026-07-28
+// request's Mcp-Param-* headers against the definition it finds there, and
+// tells the sessions that the list changed.
+func registerTools(s *mcp.Server, before, after *catalog) {
+	if before != nil {
+		var gone []string
+		for _, e := range before.entries {
+			if _, ok := after.byName[e.name]; !ok {
+				gone = append(gone, e.name)
+			}
+		}
+		s.RemoveTools(gone...)
+	}
+	for _, e := range after.entries {
+		if before != nil && before.byName[e.name] != nil && before.byName[e.name].tool == e.tool {
+			continue
+		}
+		func() {
+			defer func() { _ = recover() }() // a schema the SDK refuses only loses header validation
+			s.AddTool(e.exposedTool(), func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return nil, errNotIntercepted
+			})
+		}()
+	}
 }
 
 var errNotIntercepted = fmt.Errorf("not intercepted")
@@ -106,13 +143,20 @@ var errNotIntercepted = fmt.Errorf("not intercepted")
 // answer serves the feature methods through the Gateway methods, which
 // decide by policy and forward; errNotIntercepted leaves the rest to the SDK.
 func (g *Gateway) answer(ctx context.Context, method string, req mcp.Request, who func(mcp.Request) policy.Principal) (mcp.Result, error) {
+	switch req.(type) {
+	case *mcp.ListToolsRequest, *mcp.CallToolRequest, *mcp.ListResourcesRequest, *mcp.ListResourceTemplatesRequest,
+		*mcp.ReadResourceRequest, *mcp.ListPromptsRequest, *mcp.GetPromptRequest, *mcp.CompleteRequest:
+		ctx = withRequestMeta(ctx, req)
+	default:
+		return nil, errNotIntercepted
+	}
 	switch r := req.(type) {
 	case *mcp.ListToolsRequest:
 		tools, err := g.ListTools(ctx, who(req))
 		if err != nil {
 			return nil, internalError(err)
 		}
-		return &mcp.ListToolsResult{Tools: tools}, nil
+		return &mcp.ListToolsResult{Tools: tools, Cacheable: privateCache}, nil
 	case *mcp.CallToolRequest:
 		args, err := decodeArguments(r.Params.Arguments)
 		if err != nil {
@@ -124,21 +168,26 @@ func (g *Gateway) answer(ctx context.Context, method string, req mcp.Request, wh
 		if err != nil {
 			return nil, internalError(err)
 		}
-		return &mcp.ListResourcesResult{Resources: rs}, nil
+		return &mcp.ListResourcesResult{Resources: rs, Cacheable: privateCache}, nil
 	case *mcp.ListResourceTemplatesRequest:
 		ts, err := g.ListResourceTemplates(ctx, who(req))
 		if err != nil {
 			return nil, internalError(err)
 		}
-		return &mcp.ListResourceTemplatesResult{ResourceTemplates: ts}, nil
+		return &mcp.ListResourceTemplatesResult{ResourceTemplates: ts, Cacheable: privateCache}, nil
 	case *mcp.ReadResourceRequest:
-		return g.ReadResource(ctx, who(req), r.Params)
+		res, err := g.ReadResource(ctx, who(req), r.Params)
+		if err != nil {
+			return nil, err
+		}
+		res.CacheScope = privateCache.CacheScope
+		return res, nil
 	case *mcp.ListPromptsRequest:
 		ps, err := g.ListPrompts(ctx, who(req))
 		if err != nil {
 			return nil, internalError(err)
 		}
-		return &mcp.ListPromptsResult{Prompts: ps}, nil
+		return &mcp.ListPromptsResult{Prompts: ps, Cacheable: privateCache}, nil
 	case *mcp.GetPromptRequest:
 		return g.GetPrompt(ctx, who(req), r.Params)
 	case *mcp.CompleteRequest:
@@ -157,7 +206,7 @@ func withRequestMeta(ctx context.Context, req mcp.Request) context.Context {
 	if v, ok := req.(interface{ ProtocolVersion() string }); ok {
 		m.modern = v.ProtocolVersion() >= modernProtocolVersion
 	}
-	if p := req.GetParams(); p != nil {
+	if p := req.GetParams(); p != nil && !reflect.ValueOf(p).IsNil() {
 		m.meta = p.GetMeta()
 		if pp, ok := p.(interface{ GetProgressToken() any }); ok {
 			m.progressToken = pp.GetProgressToken()
@@ -173,21 +222,21 @@ func withRequestMeta(ctx context.Context, req mcp.Request) context.Context {
 // sessions: the SDK sends them only when its own registry changes, so a
 // placeholder is added and removed (the gateway answers the lists itself;
 // the placeholder is never listed).
-func notifyListChanged(s *mcp.Server, tools, resources, prompts bool) {
+// (Tools need no placeholder: registerTools changes the registry.)
+func notifyListChanged(s *mcp.Server, resources, prompts bool) {
 	const placeholder = "mcp-warden-list-changed"
-	if tools {
-		s.AddTool(&mcp.Tool{Name: placeholder, InputSchema: map[string]any{"type": "object"}},
-			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return nil, errNotIntercepted })
-		s.RemoveTools(placeholder)
-	}
 	if resources {
 		s.AddResource(&mcp.Resource{Name: placeholder, URI: placeholder + ":"},
-			func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) { return nil, errNotIntercepted })
+			func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return nil, errNotIntercepted
+			})
 		s.RemoveResources(placeholder + ":")
 	}
 	if prompts {
 		s.AddPrompt(&mcp.Prompt{Name: placeholder},
-			func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) { return nil, errNotIntercepted })
+			func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+				return nil, errNotIntercepted
+			})
 		s.RemovePrompts(placeholder)
 	}
 }
@@ -259,7 +308,7 @@ func (g *Gateway) streamableHandler(principal policy.Principal) http.Handler {
 	s := g.newMCPServer(principal, TransportStreamableHTTP)
 	get := func(*http.Request) *mcp.Server { return s }
 	// The hygiene in front checks Host and Origin for both.
-	legacy := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{DisableLocalhostProtection: true})
+	legacy := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{DisableLocalhostProtection: true, SessionTimeout: sessionIdleTimeout})
 	modern := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isModernRequest(r) {
@@ -269,6 +318,9 @@ func (g *Gateway) streamableHandler(principal policy.Principal) http.Handler {
 		legacy.ServeHTTP(w, r)
 	})
 }
+
+// sessionIdleTimeout ends legacy HTTP sessions a client abandoned.
+const sessionIdleTimeout = 30 * time.Minute
 
 func isModernRequest(r *http.Request) bool {
 	v := strings.TrimSpace(r.Header.Get("MCP-Protocol-Version"))

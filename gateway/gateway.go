@@ -390,6 +390,7 @@ func (g *Gateway) Close() error {
 	g.closed = true
 	err := g.closeUpstreamsLocked()
 	g.mu.Unlock()
+	g.closeDownstreamSessions()
 	return errors.Join(err, g.declog.Close())
 }
 
@@ -453,6 +454,7 @@ func (g *Gateway) upstreamChanged(u *upstream, tools, resources, prompts bool) {
 		return
 	}
 	cat, notes := buildCatalog(g.upstreams, g.cfg.Naming)
+	before := g.catalog
 	g.catalog = cat
 	for i := range g.status {
 		if g.status[i].Name == u.cfg.Name {
@@ -465,7 +467,8 @@ func (g *Gateway) upstreamChanged(u *upstream, tools, resources, prompts bool) {
 	}
 	g.logger.Info("upstream lists changed", "server", u.cfg.Name, "tools", tools, "resources", resources, "prompts", prompts)
 	for _, s := range g.downstreamServers() {
-		notifyListChanged(s, tools, resources, prompts)
+		registerTools(s, before, cat)
+		notifyListChanged(s, resources, prompts)
 	}
 }
 
@@ -489,4 +492,14 @@ func (g *Gateway) downstreamServers() []*mcp.Server {
 	g.facesMu.Lock()
 	defer g.facesMu.Unlock()
 	return slices.Clone(g.faces)
+}
+
+// closeDownstreamSessions ends every downstream client session (HTTP
+// sessions outlive their connections until they time out).
+func (g *Gateway) closeDownstreamSessions() {
+	for _, s := range g.downstreamServers() {
+		for ss := range s.Sessions() {
+			_ = ss.Close()
+		}
+	}
 }

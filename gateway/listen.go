@@ -75,4 +75,5 @@ func (g *Gateway) shutdownHTTP(servers []*http.Server) {
 		_ = srv.Close()
 	}
 	wg.Wait()
+	g.closeDownstreamSessions()
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -158,4 +160,49 @@ func (c *inflightCounter) wait(ctx context.Context) {
 	case <-idle:
 	case <-ctx.Done():
 	}
+}
+
+// relayedMethods are the notifications a countingTransport counts: those
+// relayed to the client of a request in flight.
+var relayedMethods = map[string]bool{"notifications/message": true, "notifications/progress": true}
+
+// countingTransport counts the relayed notifications read from the server,
+// in the order the server sent them, so that a request's result can wait
+// for the notifications sent before it.
+type countingTransport struct {
+	mcp.Transport
+	relayed *relayedCounter
+}
+
+func (t countingTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{Connection: c, relayed: t.relayed}, nil
+}
+
+type countingConn struct {
+	mcp.Connection
+	relayed *relayedCounter
+}
+
+func (c countingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if req, ok := msg.(*jsonrpc.Request); ok && !req.IsCall() && relayedMethods[req.Method] {
+		c.relayed.add()
+	}
+	return msg, err
+}
+
+// relayWait bounds how long a result waits for notifications to relay.
+const relayWait = time.Second
+
+// relayedCounter counts notifications read and not yet relayed.
+type relayedCounter struct{ inflightCounter }
+
+func (c *relayedCounter) wait(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, relayWait)
+	defer cancel()
+	c.inflightCounter.wait(ctx)
 }

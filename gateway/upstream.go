@@ -64,6 +64,7 @@ type link struct {
 	proc    *sandbox.Process // nil for a remote server
 	stderr  *lineLogger      // nil for a remote server
 	session *mcp.ClientSession
+	relayed relayedCounter // log and progress notifications read but not yet relayed
 }
 
 func (l *link) modern() bool {
@@ -124,8 +125,9 @@ var errServerExited = errors.New("server exited during start-up")
 // one) and runs the handshake of the era of version.
 func (u *upstream) connect(ctx context.Context, env map[string]string, version string) (*link, error) {
 	sc := u.cfg
-	client := mcp.NewClient(&mcp.Implementation{Name: "mcp-warden", Version: Version}, u.clientOptions())
 	l := &link{}
+	client := mcp.NewClient(&mcp.Implementation{Name: "mcp-warden", Version: Version}, u.clientOptions(l))
+	client.AddReceivingMiddleware(u.relayRequests)
 	var t mcp.Transport
 	if sc.URL != "" {
 		hc := &http.Client{Transport: headerTransport{headers: sc.Headers, next: http.DefaultTransport}}
@@ -159,7 +161,7 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 		}()
 	}
 	var err error
-	l.session, err = client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	l.session, err = client.Connect(ctx, countingTransport{Transport: t, relayed: &l.relayed}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		err = l.cause(err)
 		_ = l.close()
@@ -188,7 +190,7 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // clientOptions routes what the server sends on its own — notifications
 // and requests — to the gateway and to the downstream client whose call
 // caused them.
-func (u *upstream) clientOptions() *mcp.ClientOptions {
+func (u *upstream) clientOptions(l *link) *mcp.ClientOptions {
 	return &mcp.ClientOptions{
 		// The downstream client answers input requests: pass them through.
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
@@ -207,17 +209,36 @@ func (u *upstream) clientOptions() *mcp.ClientOptions {
 			u.g.resourceUpdated(ctx, req.Params)
 		},
 		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
+			defer l.relayed.done()
 			u.calls.progress(ctx, req.Params)
 		},
 		LoggingMessageHandler: func(ctx context.Context, req *mcp.LoggingMessageRequest) {
+			defer l.relayed.done()
 			u.calls.log(ctx, req.Params)
 		},
+		// These declare the capabilities; relayRequests answers the requests.
 		CreateMessageHandler: func(ctx context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 			return u.calls.createMessage(ctx, req.Params)
 		},
 		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			return u.calls.elicit(ctx, req.Params)
 		},
+	}
+}
+
+// relayRequests hands the server's sampling and elicitation requests to the
+// client they are for, untouched: the SDK's own handling would first check
+// them against its own reading of the schema rules, and the client, not the
+// gateway, is the one to judge them.
+func (u *upstream) relayRequests(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch r := req.(type) {
+		case *mcp.ElicitRequest:
+			return u.calls.elicit(ctx, r.Params)
+		case *mcp.CreateMessageRequest:
+			return u.calls.createMessage(ctx, r.Params)
+		}
+		return next(ctx, method, req)
 	}
 }
 
@@ -316,6 +337,10 @@ func forward[R any](ctx context.Context, u *upstream, send func(context.Context,
 	id, done := u.calls.begin(m)
 	defer done()
 	res, err := send(ctx, l.session, upstreamMeta(m, l.modern(), id))
+	// The SDK hands notifications to their handlers behind the response
+	// that followed them: let those relay before the client gets the
+	// result, as the server sent them.
+	l.relayed.wait(ctx)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		var zero R
 		return zero, fmt.Errorf("server %q did not answer within %s", u.cfg.Name, u.callTimeout())
