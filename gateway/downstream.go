@@ -162,7 +162,11 @@ func (g *Gateway) answer(ctx context.Context, method string, req mcp.Request, wh
 		if err != nil {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 		}
-		return g.CallTool(ctx, who(req), r.Params.Name, args)
+		res, err := g.CallTool(ctx, who(req), r.Params.Name, args)
+		if u, ok := err.(*unknownTool); ok {
+			return nil, u.rpc // the SDK sends *jsonrpc.Error as is
+		}
+		return res, err
 	case *mcp.ListResourcesRequest:
 		rs, err := g.ListResources(ctx, who(req))
 		if err != nil {
@@ -297,7 +301,16 @@ func (g *Gateway) HTTPHandler(principal policy.Principal, opts ...HTTPOptions) h
 	sse := g.newMCPServer(principal, TransportSSE)
 	mux.Handle("/sse", mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return sse }, nil))
 	g.restRoutes(mux, principal)
-	return httpHygiene(mux, o.AllowedOrigins)
+	// Shutdown waits for requests in flight (not for GET streams, which
+	// never end on their own) until their responses are written.
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			g.inflight.add()
+			defer g.inflight.done()
+		}
+		mux.ServeHTTP(w, r)
+	})
+	return httpHygiene(counted, o.AllowedOrigins)
 }
 
 // streamableHandler serves both eras on one endpoint with two SDK handlers

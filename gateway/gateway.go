@@ -169,13 +169,16 @@ func loadPolicy(pc PolicyConfig) (*rego.Policy, error) {
 }
 
 // PolicyData is the data the gateway gives the policy: each server's allow
-// and block lists under data.warden.servers.
+// and block lists under data.warden.servers (tools at the top, resources
+// and prompts under their own keys).
 func PolicyData(cfg *Config) map[string]any {
 	servers := map[string]any{}
 	for _, sc := range cfg.Servers {
 		servers[sc.Name] = map[string]any{
-			"allow": stringsAsAny(sc.Tools.Allow),
-			"block": stringsAsAny(sc.Tools.Block),
+			"allow":     stringsAsAny(sc.Tools.Allow),
+			"block":     stringsAsAny(sc.Tools.Block),
+			"resources": map[string]any{"allow": stringsAsAny(sc.Resources.Allow), "block": stringsAsAny(sc.Resources.Block)},
+			"prompts":   map[string]any{"allow": stringsAsAny(sc.Prompts.Allow), "block": stringsAsAny(sc.Prompts.Block)},
 		}
 	}
 	return map[string]any{"warden": map[string]any{"servers": servers}}
@@ -360,8 +363,15 @@ func (g *Gateway) CallTool(ctx context.Context, principal policy.Principal, name
 // the same error the MCP SDK gives for an unknown tool, so that hidden tools
 // cannot be told apart from missing ones.
 func unknownToolError(name string) error {
-	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
+	return &unknownTool{&jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}}
 }
+
+// unknownTool marks the unknown-tool error, so that faces with their own
+// code for it (REST: -32601) can tell it from other invalid parameters.
+type unknownTool struct{ rpc *jsonrpc.Error }
+
+func (e *unknownTool) Error() string { return e.rpc.Error() }
+func (e *unknownTool) Unwrap() error { return e.rpc }
 
 func toolError(msg string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}

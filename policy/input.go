@@ -70,8 +70,9 @@ type Principal struct {
 	ID string `json:"id"`
 	// Claims are what is known about the client beyond its id.
 	Claims map[string]any `json:"claims,omitempty"`
-	// Transport is the downstream transport: "stdio", "streamable-http" or
-	// "api" for the Go embedding API.
+	// Transport is the downstream transport: "stdio", "streamable-http",
+	// "sse" (legacy HTTP+SSE), "rest" (the REST face) or "api" (the Go
+	// embedding API).
 	Transport string `json:"transport"`
 }
 

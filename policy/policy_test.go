@@ -273,14 +273,17 @@ func TestInputMatchesSchemaFields(t *testing.T) {
 	full := input(policy.ActionToolsCall, "x", map[string]any{"a": 1})
 	full.RequestID, full.SessionID = "1", "s"
 	full.Principal.Claims = map[string]any{"k": "v"}
-	full.Server.Args = []string{"a"}
+	full.Server.Args, full.Server.URL = []string{"a"}, "https://x"
 	full.Tool.Description, full.Tool.InputSchema, full.Tool.Annotations = "d", map[string]any{}, map[string]any{}
+	// resource and prompt belong to other actions; one input shows them all.
+	full.Resource = &policy.Resource{URI: "u", Template: true, Name: "n", MIMEType: "m"}
+	full.Prompt = &policy.Prompt{Name: "p", UpstreamName: "p", Description: "d"}
 	enc, err := json.Marshal(full)
 	require.NoError(t, err)
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal(enc, &doc))
 	assert.ElementsMatch(t, keys(schema.Properties), keys(doc))
-	for _, obj := range []string{"principal", "server", "tool"} {
+	for _, obj := range []string{"principal", "server", "tool", "resource", "prompt"} {
 		assert.ElementsMatch(t, keys(schema.Properties[obj].Properties), keys(doc[obj].(map[string]any)), obj)
 	}
 }
