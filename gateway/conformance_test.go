@@ -47,6 +47,7 @@ func TestConformance(t *testing.T) {
 	require.NoError(t, err)
 
 	var summary []string
+	runs, equal := 0, 0
 	for _, suite := range conformanceSuites {
 		t.Run(suite.era, func(t *testing.T) {
 			direct := startEverythingHTTP(t, everything, suite.stateless)
@@ -69,10 +70,13 @@ func TestConformance(t *testing.T) {
 					t.Errorf("%s through the gateway (%s): %s", suite.era, up.name, d)
 				}
 				line += fmt.Sprintf("; gateway/%s %s, %d scenario(s) differ", strings.TrimSuffix(up.name, " upstream"), got.counts(), countScenarios(diffs))
+				runs += len(baseline)
+				equal += len(baseline) - countScenarios(diffs)
 			}
 			summary = append(summary, line)
 		})
 	}
+	summary = append(summary, fmt.Sprintf("conformance: the gateway ends %d of %d scenario runs as the baseline does", equal, runs))
 	out := strings.Join(summary, "\n") + "\n"
 	t.Log("\n" + out)
 	dir := filepath.Join(testenv.RepoRoot(t), ".cache", "conformance")

@@ -1,12 +1,15 @@
 // Package gateway is mcp-warden's MCP gateway: it starts the configured
-// upstream servers confined, aggregates their tools, and serves them to
-// clients (over stdio, streamable HTTP, or this Go API) with every tools/list
-// exposure and every tools/call decided by policy and logged.
+// upstream servers confined (or connects to remote ones), aggregates their
+// tools, resources and prompts, and serves them to clients (over stdio,
+// streamable HTTP in both protocol eras, HTTP+SSE, REST, or this Go API)
+// with every list exposure, tools/call, resources/read and prompts/get
+// decided by policy and logged.
 //
-// A request travels: downstream face → Gateway.ListTools / Gateway.CallTool
-// → policy.Decider (decide and log) → upstream server. The downstream faces
-// are thin adapters over those two methods, so embedding the Gateway in Go
-// goes through exactly the same enforcement as a client over the wire.
+// A request travels: downstream face → Gateway.ListTools / CallTool /
+// ReadResource / GetPrompt … → policy.Decider (decide and log) → upstream
+// server. The downstream faces are thin adapters over those methods, so
+// embedding the Gateway in Go goes through exactly the same enforcement as a
+// client over the wire.
 package gateway
 
 import (
