@@ -6,7 +6,7 @@ BIN     := bin/mcp-warden
 # Tests run with -race; a slow 2-core CI machine needs a generous timeout.
 TESTFLAGS ?= -race -timeout 20m
 
-.PHONY: all build run test vet deps e2e policy-test bench clean
+.PHONY: all build run test vet deps e2e policy-test bench conformance-mcp clean
 
 all: build
 
@@ -27,6 +27,15 @@ vet:
 
 test: deps vet
 	$(GO) test $(TESTFLAGS) ./...
+	$(MAKE) --no-print-directory conformance-mcp
+
+# The official MCP conformance suite (2025-11-25 and 2026-07-28 eras) against
+# the go-sdk everything-server directly, then through the gateway with that
+# server as a stdio and as an HTTP upstream; every scenario must end as in
+# the direct run. Without -race: it is a large corpus run by Node.
+conformance-mcp: deps
+	MCP_CONFORMANCE=1 $(GO) test -count=1 -timeout 15m -run '^TestConformance$$' ./gateway/
+	@cat .cache/conformance/summary.txt
 
 # Only the end-to-end tests (real servers, real clients, the built binary).
 e2e: deps

@@ -60,9 +60,7 @@ func authConfig(jwksURL string) AuthConfig {
 
 // serveAuthenticated serves g's HTTP face exactly as Run mounts it.
 func serveAuthenticated(t *testing.T, g *Gateway) string {
-	mux := http.NewServeMux()
-	g.auth.mount(mux, "/mcp", g.HTTPHandler(policy.Principal{ID: g.cfg.Principal.ID}))
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(g.HTTPHandler(policy.Principal{ID: g.cfg.Principal.ID}))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

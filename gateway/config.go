@@ -38,7 +38,8 @@ type Config struct {
 	source string
 }
 
-// ServerConfig describes one upstream stdio MCP server.
+// ServerConfig describes one upstream MCP server: a stdio program the
+// gateway runs confined (Command), or a remote server it connects to (URL).
 type ServerConfig struct {
 	// Name identifies the server in tool prefixes, policy input and logs:
 	// 1–64 characters of [A-Za-z0-9_-].
@@ -66,7 +67,26 @@ type ServerConfig struct {
 	// min_landlock_abi and limits. Empty means the default profile (see
 	// sandbox.Profile).
 	Sandbox sandbox.Profile `yaml:"sandbox" json:"sandbox"`
+	// Resources and Prompts are the same for resource URIs and prompt
+	// names (data.warden.servers[name].resources and .prompts).
+	Resources ToolFilter `yaml:"resources" json:"resources"`
+	Prompts   ToolFilter `yaml:"prompts" json:"prompts"`
+	// URL is the endpoint of a remote server, instead of Command.
+	URL string `yaml:"url" json:"url"`
+	// Transport is how URL is spoken: "streamable-http" (the default) or
+	// "sse" (the deprecated HTTP+SSE transport).
+	Transport string `yaml:"transport" json:"transport"`
+	// Headers are sent with every request to URL (an API key, say). They
+	// are the only credentials a remote server sees: a client's own are
+	// never forwarded.
+	Headers map[string]string `yaml:"headers" json:"headers"`
 }
+
+// Remote server transports (ServerConfig.Transport).
+const (
+	RemoteStreamableHTTP = "streamable-http"
+	RemoteSSE            = "sse"
+)
 
 // ToolFilter is an allow list and a block list of tool-name glob patterns.
 // The gateway does not enforce them itself: they are data for the policy,
@@ -122,6 +142,9 @@ type DecisionLogConfig struct {
 type ListenerConfig struct {
 	Stdio bool   `yaml:"stdio" json:"stdio"`
 	HTTP  string `yaml:"http" json:"http"`
+	// AllowedOrigins are browser origins (scheme://host[:port]) an HTTP
+	// listener accepts besides same-origin and, on loopback, loopback ones.
+	AllowedOrigins []string `yaml:"allowed_origins" json:"allowed_origins"`
 }
 
 // PrincipalConfig is a configured client identity.

@@ -147,8 +147,26 @@ func (c *Config) validate() []*ConfigError {
 				}
 			}
 		}
-		if strings.TrimSpace(s.Command) == "" {
+		switch remote := s.URL != ""; {
+		case remote && s.Command != "":
+			bad(key, "sets both command and url", "a server is either a program to run (command) or a remote endpoint (url): keep one")
+		case remote:
+			if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				bad(key+".url", fmt.Sprintf("%q is not an http(s) URL", s.URL), "write the server's endpoint, e.g. https://mcp.example.com/mcp")
+			}
+			if s.Transport != "" && s.Transport != RemoteStreamableHTTP && s.Transport != RemoteSSE {
+				bad(key+".transport", fmt.Sprintf("%q is not a remote transport", s.Transport), "use streamable-http (the default) or sse")
+			}
+			for _, name := range slices.Sorted(maps.Keys(s.Headers)) {
+				if name == "" || strings.ContainsAny(name+s.Headers[name], "\r\n\x00") || strings.ContainsAny(name, " :") {
+					bad(pathKey(key+".headers", name), "not a valid HTTP header", "use a header name without spaces or colons, and values on one line")
+				}
+			}
+		case strings.TrimSpace(s.Command) == "":
 			bad(key+".command", "missing", "set the program to run, e.g. npx (it is run directly, not through a shell)")
+		}
+		if s.URL == "" && (s.Transport != "" || len(s.Headers) > 0) {
+			bad(key, "sets transport or headers without url", "they apply to remote servers only: set url, or remove them")
 		}
 		noNUL(key+".command", "the command", s.Command)
 		for j, a := range s.Args {
@@ -268,11 +286,6 @@ func (a AuthConfig) validate(bad func(key, problem, fix string)) {
 	if j.Audience == "" && a.Resource == "" {
 		bad("auth.jwt.audience", "missing, and no auth.resource to default to", "set auth.resource to the public URL of the MCP endpoint (or auth.jwt.audience)")
 	}
-}
-
-func isLoopbackHost(host string) bool {
-	ip := net.ParseIP(host)
-	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // validName reports whether s is 1–maxLen characters of [A-Za-z0-9_-].

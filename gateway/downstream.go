@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
+	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -17,14 +20,27 @@ import (
 const (
 	TransportStdio          = "stdio"
 	TransportStreamableHTTP = "streamable-http"
+	TransportSSE            = "sse"
+	TransportREST           = "rest"
 	TransportAPI            = "api"
 )
 
 // requestMeta is what the downstream face knows about a request beyond its
-// parameters; it travels to ListTools/CallTool in the context.
+// parameters; it travels to the Gateway methods in the context, and from
+// there to the upstream (era, _meta, MRTR fields) and back (session).
 type requestMeta struct {
 	requestID string
 	sessionID string
+
+	ctx           context.Context    // the downstream request's own context
+	session       *mcp.ServerSession // where progress, logs and server→client requests go
+	modern        bool               // the request is of the 2026-07-28 era
+	meta          mcp.Meta           // the request's _meta
+	progressToken any
+
+	// MRTR retry fields of a tools/call (2026-07-28).
+	inputResponses mcp.InputResponseMap
+	requestState   string
 }
 
 type requestMetaKey struct{}
@@ -34,51 +50,208 @@ func requestMetaFrom(ctx context.Context) requestMeta {
 	return m
 }
 
-// newMCPServer returns the MCP server clients talk to. Its tools/list and
-// tools/call are answered by ListTools and CallTool for the principal that
-// principalOf finds in each request; every other method is the SDK's.
-func (g *Gateway) newMCPServer(principalOf func(mcp.Request) policy.Principal) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "mcp-warden", Version: Version}, &mcp.ServerOptions{
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+// principalOf is the one place the identity of a downstream request comes
+// from: the listener's configured principal, on the transport the request
+// arrived by. extra is what the transport knows of the request (HTTP
+// headers, a verified bearer token); nil for stdio and the Go API.
+func principalOf(base policy.Principal, transport string, extra *mcp.RequestExtra) policy.Principal {
+	p := base
+	if extra != nil && extra.TokenInfo != nil {
+		// Verified by the authenticator in front (see auth.go).
+		if verified, ok := extra.TokenInfo.Extra[principalKey].(policy.Principal); ok {
+			p = verified
+		}
+	}
+	if p.AuthMethod == "" {
+		p.AuthMethod = AuthNone
+	}
+	p.Transport = transport
+	return p
+}
+
+// downstreamCapabilities are what the gateway offers clients: everything it
+// can pass through, whatever the upstreams currently offer (a list that is
+// empty today may fill on list_changed).
+var downstreamCapabilities = &mcp.ServerCapabilities{
+	Tools:       &mcp.ToolCapabilities{ListChanged: true},
+	Resources:   &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true},
+	Prompts:     &mcp.PromptCapabilities{ListChanged: true},
+	Completions: &mcp.CompletionCapabilities{},
+	Logging:     &mcp.LoggingCapabilities{},
+}
+
+// privateCache marks every list and read result as cacheable by the
+// requesting client only: what it holds was decided for its principal.
+var privateCache = mcp.Cacheable{CacheScope: "private"}
+
+// newMCPServer returns an MCP server clients talk to. Every feature request
+// is answered by the Gateway method of the same name (ListTools, CallTool,
+// ReadResource, GetPrompt…) for the principal principalOf finds; the
+// protocol's own methods (initialize, ping, logging/setLevel,
+// subscriptions/listen…) are the SDK's.
+func (g *Gateway) newMCPServer(base policy.Principal, transport string) *mcp.Server {
+	who := func(req mcp.Request) policy.Principal { return principalOf(base, transport, req.GetExtra()) }
+	var s *mcp.Server
+	s = mcp.NewServer(&mcp.Implementation{Name: "mcp-warden", Version: Version}, &mcp.ServerOptions{
+		Capabilities: downstreamCapabilities,
+		// The SDK keeps the subscriptions (and sends updates to them) once
+		// these allow them.
+		SubscribeHandler: func(ctx context.Context, req *mcp.SubscribeRequest) error {
+			return g.subscribeResource(withRequestMeta(ctx, req), who(req), req.Params.URI, true)
+		},
+		UnsubscribeHandler: func(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+			return g.subscribeResource(withRequestMeta(ctx, req), who(req), req.Params.URI, false)
+		},
 	})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			switch method {
-			case "tools/list":
-				ctx = context.WithValue(ctx, requestMetaKey{}, metaOf(req))
-				tools, err := g.ListTools(ctx, principalOf(req))
-				if err != nil {
-					return nil, internalError(err)
-				}
-				return &mcp.ListToolsResult{Tools: tools}, nil
-			case "tools/call":
-				call, ok := req.(*mcp.CallToolRequest)
-				if !ok {
-					return nil, internalError(fmt.Errorf("tools/call request of type %T", req))
-				}
-				args, err := decodeArguments(call.Params.Arguments)
-				if err != nil {
-					return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
-				}
-				ctx = context.WithValue(ctx, requestMetaKey{}, metaOf(req))
-				res, err := g.CallTool(ctx, principalOf(req), call.Params.Name, args)
-				if err != nil {
-					return nil, err
-				}
-				return res, nil
+			res, err := g.answer(ctx, method, req, who)
+			if err == errNotIntercepted {
+				return next(ctx, method, req)
 			}
-			return next(ctx, method, req)
+			return res, err
 		}
 	})
+	g.addDownstreamServer(s)
+	if cat, err := g.currentCatalog(); err == nil {
+		registerTools(s, nil, cat)
+	}
 	return s
 }
 
-func metaOf(req mcp.Request) requestMeta {
-	var m requestMeta
-	if s, ok := req.GetSession().(*mcp.ServerSession); ok && s != nil {
-		m.sessionID = s.ID()
+// registerTools mirrors the exposed tools (before: the previous catalog)
+// into s's own registry. They are never called there — the middleware
+// answers tools/list and tools/call — but the SDK validates a 2026-07-28
+// request's Mcp-Param-* headers against the definition it finds there, and
+// tells the sessions that the list changed.
+func registerTools(s *mcp.Server, before, after *catalog) {
+	if before != nil {
+		var gone []string
+		for _, e := range before.entries {
+			if _, ok := after.byName[e.name]; !ok {
+				gone = append(gone, e.name)
+			}
+		}
+		s.RemoveTools(gone...)
 	}
-	return m
+	for _, e := range after.entries {
+		if before != nil && before.byName[e.name] != nil && before.byName[e.name].tool == e.tool {
+			continue
+		}
+		func() {
+			defer func() { _ = recover() }() // a schema the SDK refuses only loses header validation
+			s.AddTool(e.exposedTool(), func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return nil, errNotIntercepted
+			})
+		}()
+	}
+}
+
+var errNotIntercepted = fmt.Errorf("not intercepted")
+
+// answer serves the feature methods through the Gateway methods, which
+// decide by policy and forward; errNotIntercepted leaves the rest to the SDK.
+func (g *Gateway) answer(ctx context.Context, method string, req mcp.Request, who func(mcp.Request) policy.Principal) (mcp.Result, error) {
+	switch req.(type) {
+	case *mcp.ListToolsRequest, *mcp.CallToolRequest, *mcp.ListResourcesRequest, *mcp.ListResourceTemplatesRequest,
+		*mcp.ReadResourceRequest, *mcp.ListPromptsRequest, *mcp.GetPromptRequest, *mcp.CompleteRequest:
+		ctx = withRequestMeta(ctx, req)
+	default:
+		return nil, errNotIntercepted
+	}
+	switch r := req.(type) {
+	case *mcp.ListToolsRequest:
+		tools, err := g.ListTools(ctx, who(req))
+		if err != nil {
+			return nil, internalError(err)
+		}
+		return &mcp.ListToolsResult{Tools: tools, Cacheable: privateCache}, nil
+	case *mcp.CallToolRequest:
+		args, err := decodeArguments(r.Params.Arguments)
+		if err != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+		}
+		res, err := g.CallTool(ctx, who(req), r.Params.Name, args)
+		if u, ok := err.(*unknownTool); ok {
+			return nil, u.rpc // the SDK sends *jsonrpc.Error as is
+		}
+		return res, err
+	case *mcp.ListResourcesRequest:
+		rs, err := g.ListResources(ctx, who(req))
+		if err != nil {
+			return nil, internalError(err)
+		}
+		return &mcp.ListResourcesResult{Resources: rs, Cacheable: privateCache}, nil
+	case *mcp.ListResourceTemplatesRequest:
+		ts, err := g.ListResourceTemplates(ctx, who(req))
+		if err != nil {
+			return nil, internalError(err)
+		}
+		return &mcp.ListResourceTemplatesResult{ResourceTemplates: ts, Cacheable: privateCache}, nil
+	case *mcp.ReadResourceRequest:
+		res, err := g.ReadResource(ctx, who(req), r.Params)
+		if err != nil {
+			return nil, err
+		}
+		res.CacheScope = privateCache.CacheScope
+		return res, nil
+	case *mcp.ListPromptsRequest:
+		ps, err := g.ListPrompts(ctx, who(req))
+		if err != nil {
+			return nil, internalError(err)
+		}
+		return &mcp.ListPromptsResult{Prompts: ps, Cacheable: privateCache}, nil
+	case *mcp.GetPromptRequest:
+		return g.GetPrompt(ctx, who(req), r.Params)
+	case *mcp.CompleteRequest:
+		return g.Complete(ctx, who(req), r.Params)
+	}
+	return nil, errNotIntercepted
+}
+
+// withRequestMeta puts what the gateway needs to know of a downstream
+// request into ctx.
+func withRequestMeta(ctx context.Context, req mcp.Request) context.Context {
+	m := requestMeta{ctx: ctx}
+	if s, ok := req.GetSession().(*mcp.ServerSession); ok && s != nil {
+		m.session, m.sessionID = s, s.ID()
+	}
+	if v, ok := req.(interface{ ProtocolVersion() string }); ok {
+		m.modern = v.ProtocolVersion() >= modernProtocolVersion
+	}
+	if p := req.GetParams(); p != nil && !reflect.ValueOf(p).IsNil() {
+		m.meta = p.GetMeta()
+		if pp, ok := p.(interface{ GetProgressToken() any }); ok {
+			m.progressToken = pp.GetProgressToken()
+		}
+	}
+	if c, ok := req.(*mcp.CallToolRequest); ok && c.Params != nil {
+		m.inputResponses, m.requestState = c.Params.InputResponses, c.Params.RequestState
+	}
+	return context.WithValue(ctx, requestMetaKey{}, m)
+}
+
+// notifyListChanged makes s send list_changed notifications to its
+// sessions: the SDK sends them only when its own registry changes, so a
+// placeholder is added and removed (the gateway answers the lists itself;
+// the placeholder is never listed).
+// (Tools need no placeholder: registerTools changes the registry.)
+func notifyListChanged(s *mcp.Server, resources, prompts bool) {
+	const placeholder = "mcp-warden-list-changed"
+	if resources {
+		s.AddResource(&mcp.Resource{Name: placeholder, URI: placeholder + ":"},
+			func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return nil, errNotIntercepted
+			})
+		s.RemoveResources(placeholder + ":")
+	}
+	if prompts {
+		s.AddPrompt(&mcp.Prompt{Name: placeholder},
+			func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+				return nil, errNotIntercepted
+			})
+		s.RemovePrompts(placeholder)
+	}
 }
 
 // decodeArguments reads tools/call arguments as a JSON object, keeping
@@ -107,33 +280,82 @@ func internalError(err error) error {
 // &mcp.StdioTransport{}) as principal, until the client disconnects or ctx
 // ends.
 func (g *Gateway) Serve(ctx context.Context, t mcp.Transport, principal policy.Principal) error {
-	if principal.Transport == "" {
-		principal.Transport = TransportStdio
+	transport := principal.Transport
+	if transport == "" {
+		transport = TransportStdio
 	}
-	s := g.newMCPServer(func(req mcp.Request) policy.Principal { return principalOf(req, principal) })
+	s := g.newMCPServer(principal, transport)
+	defer g.forgetDownstreamServer(s)
 	return s.Run(ctx, t)
 }
 
-// principalOf is who made req: the principal the authenticator verified
-// (carried in the request's TokenInfo), else the configured one.
-func principalOf(req mcp.Request, configured policy.Principal) policy.Principal {
-	if extra := req.GetExtra(); extra != nil && extra.TokenInfo != nil {
-		if p, ok := extra.TokenInfo.Extra[principalKey].(policy.Principal); ok {
-			return p
+// HTTPHandler returns the HTTP face of the gateway, to be mounted at the
+// root of a listener:
+//
+//	/mcp           streamable HTTP, both eras: requests of the 2026-07-28
+//	               era are served statelessly, older ones in sessions
+//	/sse           the deprecated HTTP+SSE transport (2024-11-05)
+//	/mcp/v1/...    the REST face (tools, execute, spec)
+//
+// Every request first passes the Host and Origin checks, the body size
+// limit and the read/write deadlines (see HTTPOptions). Until
+// authentication is configured every request is made as principal.
+func (g *Gateway) HTTPHandler(principal policy.Principal, opts ...HTTPOptions) http.Handler {
+	var o HTTPOptions
+	for _, opt := range opts {
+		o.AllowedOrigins = append(o.AllowedOrigins, opt.AllowedOrigins...)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", g.streamableHandler(principal))
+	sse := g.newMCPServer(principal, TransportSSE)
+	mux.Handle("/sse", mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return sse }, nil))
+	g.restRoutes(mux, principal)
+	// Shutdown waits for requests in flight (not for GET streams, which
+	// never end on their own) until their responses are written.
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			g.inflight.add()
+			defer g.inflight.done()
 		}
-	}
-	if configured.AuthMethod == "" {
-		configured.AuthMethod = AuthNone
-	}
-	return configured
+		mux.ServeHTTP(w, r)
+	})
+	// Authentication, when configured, guards every path but the
+	// protected-resource metadata, after the Host and Origin checks.
+	outer := http.NewServeMux()
+	g.auth.mount(outer, "/", counted)
+	return httpHygiene(outer, o.AllowedOrigins)
 }
 
-// HTTPHandler returns the streamable-HTTP face of the gateway, to be mounted
-// at a path such as /mcp. Requests carry no identity of their own here:
-// they are made as principal unless an authenticating handler in front
-// (as Run mounts when auth is configured) attached a verified one.
-func (g *Gateway) HTTPHandler(principal policy.Principal) http.Handler {
-	principal.Transport = TransportStreamableHTTP
-	s := g.newMCPServer(func(req mcp.Request) policy.Principal { return principalOf(req, principal) })
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+// streamableHandler serves both eras on one endpoint with two SDK handlers
+// (the SDK serves 2026-07-28 only statelessly, and server→client requests
+// only in sessions): a request is modern when its MCP-Protocol-Version
+// header names a version that is not one of the legacy ones.
+func (g *Gateway) streamableHandler(principal policy.Principal) http.Handler {
+	s := g.newMCPServer(principal, TransportStreamableHTTP)
+	get := func(*http.Request) *mcp.Server { return s }
+	// The hygiene in front checks Host and Origin for both.
+	legacy := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{DisableLocalhostProtection: true, SessionTimeout: sessionIdleTimeout})
+	modern := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isModernRequest(r) {
+			modern.ServeHTTP(w, r)
+			return
+		}
+		legacy.ServeHTTP(w, r)
+	})
+}
+
+// sessionIdleTimeout ends legacy HTTP sessions a client abandoned.
+const sessionIdleTimeout = 30 * time.Minute
+
+func isModernRequest(r *http.Request) bool {
+	v := strings.TrimSpace(r.Header.Get("MCP-Protocol-Version"))
+	if v == "" || r.Header.Get("Mcp-Session-Id") != "" {
+		return false
+	}
+	switch v {
+	case "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05":
+		return false
+	}
+	return true
 }

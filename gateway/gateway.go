@@ -1,12 +1,15 @@
 // Package gateway is mcp-warden's MCP gateway: it starts the configured
-// upstream servers confined, aggregates their tools, and serves them to
-// clients (over stdio, streamable HTTP, or this Go API) with every tools/list
-// exposure and every tools/call decided by policy and logged.
+// upstream servers confined (or connects to remote ones), aggregates their
+// tools, resources and prompts, and serves them to clients (over stdio,
+// streamable HTTP in both protocol eras, HTTP+SSE, REST, or this Go API)
+// with every list exposure, tools/call, resources/read and prompts/get
+// decided by policy and logged.
 //
-// A request travels: downstream face → Gateway.ListTools / Gateway.CallTool
-// → policy.Decider (decide and log) → upstream server. The downstream faces
-// are thin adapters over those two methods, so embedding the Gateway in Go
-// goes through exactly the same enforcement as a client over the wire.
+// A request travels: downstream face → Gateway.ListTools / CallTool /
+// ReadResource / GetPrompt … → policy.Decider (decide and log) → upstream
+// server. The downstream faces are thin adapters over those methods, so
+// embedding the Gateway in Go goes through exactly the same enforcement as a
+// client over the wire.
 package gateway
 
 import (
@@ -16,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,12 +48,23 @@ type Gateway struct {
 	envs    map[string]map[string]string // server name → environment
 	envErrs map[string]error             // server name → why its environment could not be built
 
+	// background runs work started by upstream notifications (re-listing);
+	// Close waits for it.
+	backgroundMu     sync.Mutex
+	backgroundClosed bool
+	background       sync.WaitGroup
+
 	mu        sync.RWMutex
 	started   bool
 	closed    bool
 	upstreams []*upstream
 	catalog   *catalog
 	status    []ServerStatus
+
+	inflight inflightCounter // forwarded requests, awaited by shutdown
+
+	facesMu sync.Mutex
+	faces   []*mcp.Server // the downstream MCP servers, told about list changes
 }
 
 // ServerStatus reports how an upstream server's start went.
@@ -180,13 +195,16 @@ func loadPolicy(pc PolicyConfig) (*rego.Policy, error) {
 }
 
 // PolicyData is the data the gateway gives the policy: each server's allow
-// and block lists under data.warden.servers.
+// and block lists under data.warden.servers (tools at the top, resources
+// and prompts under their own keys).
 func PolicyData(cfg *Config) map[string]any {
 	servers := map[string]any{}
 	for _, sc := range cfg.Servers {
 		servers[sc.Name] = map[string]any{
-			"allow": stringsAsAny(sc.Tools.Allow),
-			"block": stringsAsAny(sc.Tools.Block),
+			"allow":     stringsAsAny(sc.Tools.Allow),
+			"block":     stringsAsAny(sc.Tools.Block),
+			"resources": map[string]any{"allow": stringsAsAny(sc.Resources.Allow), "block": stringsAsAny(sc.Resources.Block)},
+			"prompts":   map[string]any{"allow": stringsAsAny(sc.Prompts.Allow), "block": stringsAsAny(sc.Prompts.Block)},
 		}
 	}
 	return map[string]any{"warden": map[string]any{"servers": servers}}
@@ -222,7 +240,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 			continue
 		}
 		wg.Go(func() {
-			u, err := startUpstream(ctx, sc, g.envs[sc.Name], g.logger)
+			u, err := startUpstream(ctx, g, sc, g.envs[sc.Name])
 			if err != nil {
 				status[i].Err = err
 				return
@@ -239,7 +257,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 		if u != nil {
 			running = append(running, u)
 			g.logger.Info("server started", "server", status[i].Name, "tools", status[i].Tools,
-				"confinement", u.confinement.Level, "landlock", u.confinement.Landlock)
+				"confinement", u.confinement.Level, "landlock", u.confinement.Landlock, "modern", u.modern != nil)
 			if len(u.confinement.Missing) > 0 {
 				g.logger.Warn("server runs less confined than asked", "server", status[i].Name,
 					"confinement", u.confinement.Level, "missing", strings.Join(u.confinement.Missing, "; "))
@@ -251,7 +269,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 	}
 	cat, notes := buildCatalog(running, g.cfg.Naming)
 	for _, n := range notes {
-		g.logger.Warn("tool not exposed", "detail", n)
+		g.logger.Warn("not exposed", "detail", n)
 	}
 
 	g.mu.Lock()
@@ -281,34 +299,57 @@ func (g *Gateway) ListTools(ctx context.Context, principal policy.Principal) ([]
 	if err != nil {
 		return nil, err
 	}
-	if principal.Transport == "" {
-		principal.Transport = TransportAPI
-	}
-	if principal.AuthMethod == "" {
-		principal.AuthMethod = AuthNone
-	}
-	meta := requestMetaFrom(ctx)
-	now := policy.Timestamp(time.Now())
-	inputs := make([]policy.Input, len(cat.entries))
-	for i, e := range cat.entries {
-		inputs[i] = policy.Input{
-			Action:    policy.ActionToolsList,
-			Principal: principal,
-			Server:    e.server,
-			Tool:      e.input,
-			RequestID: meta.requestID,
-			SessionID: meta.sessionID,
-			Time:      now,
-		}
-	}
-	decisions := g.decider.DecideExposure(ctx, inputs)
 	tools := []*mcp.Tool{}
-	for i, d := range decisions {
-		if d.Allow {
+	for i, ok := range g.decideExposure(ctx, principal, policy.ActionToolsList, len(cat.entries), func(i int, in *policy.Input) {
+		in.Server, in.Tool = cat.entries[i].server, cat.entries[i].input
+	}) {
+		if ok {
 			tools = append(tools, cat.entries[i].exposedTool())
 		}
 	}
 	return tools, nil
+}
+
+// decideExposure decides, as one logged list decision, which of n items
+// principal may see; fill sets each input's server and item.
+func (g *Gateway) decideExposure(ctx context.Context, principal policy.Principal, action policy.Action, n int, fill func(int, *policy.Input)) []bool {
+	if n == 0 {
+		return nil
+	}
+	meta := requestMetaFrom(ctx)
+	now := policy.Timestamp(time.Now())
+	principal = principalDefaults(principal)
+	inputs := make([]policy.Input, n)
+	for i := range inputs {
+		inputs[i] = policy.Input{Action: action, Principal: principal, RequestID: meta.requestID, SessionID: meta.sessionID, Time: now}
+		fill(i, &inputs[i])
+	}
+	out := make([]bool, n)
+	for i, d := range g.decider.DecideExposure(ctx, inputs) {
+		out[i] = d.Allow
+	}
+	return out
+}
+
+// principalDefaults completes a principal given through the Go API, which
+// names no transport and was not authenticated by the gateway.
+func principalDefaults(p policy.Principal) policy.Principal {
+	if p.Transport == "" {
+		p.Transport = TransportAPI
+	}
+	if p.AuthMethod == "" {
+		p.AuthMethod = AuthNone
+	}
+	return p
+}
+
+// decide makes and logs one decision on in, completed with the request's
+// principal, ids and time.
+func (g *Gateway) decide(ctx context.Context, principal policy.Principal, in policy.Input) policy.Decision {
+	meta := requestMetaFrom(ctx)
+	in.Principal, in.RequestID, in.SessionID = principalDefaults(principal), meta.requestID, meta.sessionID
+	in.Time = policy.Timestamp(time.Now())
+	return g.decider.Decide(ctx, in)
 }
 
 // CallTool calls the tool exposed as name for principal, after policy allows
@@ -326,30 +367,24 @@ func (g *Gateway) CallTool(ctx context.Context, principal policy.Principal, name
 	if !ok {
 		return nil, unknownToolError(name)
 	}
-	if principal.Transport == "" {
-		principal.Transport = TransportAPI
-	}
-	if principal.AuthMethod == "" {
-		principal.AuthMethod = AuthNone
-	}
-	meta := requestMetaFrom(ctx)
-	d := g.decider.Decide(ctx, policy.Input{
-		Action:    policy.ActionToolsCall,
-		Principal: principal,
-		Server:    e.server,
-		Tool:      e.input,
-		Arguments: args,
-		RequestID: meta.requestID,
-		SessionID: meta.sessionID,
-		Time:      policy.Timestamp(time.Now()),
-	})
+	d := g.decide(ctx, principal, policy.Input{Action: policy.ActionToolsCall, Server: e.server, Tool: e.input, Arguments: args})
 	if !d.Allow {
 		if d.Hidden {
 			return nil, unknownToolError(name)
 		}
 		return toolError("denied by policy: " + d.Reason), nil
 	}
-	res, err := e.upstream.call(ctx, e.tool.Name, args)
+	if args == nil {
+		args = map[string]any{} // servers reject a null arguments object
+	}
+	down := requestMetaFrom(ctx)
+	res, err := forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.CallToolResult, error) {
+		return s.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: e.tool.Name, Arguments: args,
+			InputResponses: down.inputResponses, RequestState: down.requestState})
+	})
+	if err == nil {
+		stripServerInfo(res)
+	}
 	if err != nil {
 		var rpcErr *jsonrpc.Error
 		if errors.As(err, &rpcErr) {
@@ -365,8 +400,15 @@ func (g *Gateway) CallTool(ctx context.Context, principal policy.Principal, name
 // the same error the MCP SDK gives for an unknown tool, so that hidden tools
 // cannot be told apart from missing ones.
 func unknownToolError(name string) error {
-	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
+	return &unknownTool{&jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}}
 }
+
+// unknownTool marks the unknown-tool error, so that faces with their own
+// code for it (REST: -32601) can tell it from other invalid parameters.
+type unknownTool struct{ rpc *jsonrpc.Error }
+
+func (e *unknownTool) Error() string { return e.rpc.Error() }
+func (e *unknownTool) Unwrap() error { return e.rpc }
 
 func toolError(msg string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
@@ -393,8 +435,13 @@ func (g *Gateway) Close() error {
 		return nil
 	}
 	g.closed = true
+	g.backgroundMu.Lock()
+	g.backgroundClosed = true
+	g.backgroundMu.Unlock()
 	err := g.closeUpstreamsLocked()
 	g.mu.Unlock()
+	g.background.Wait() // closed upstreams make their work end at once
+	g.closeDownstreamSessions()
 	return errors.Join(err, g.declog.Close())
 }
 
@@ -408,8 +455,121 @@ func (g *Gateway) closeUpstreamsLocked() error {
 	return errors.Join(errs...)
 }
 
+// inBackground runs fn on its own goroutine unless the gateway is closed;
+// Close waits for every such goroutine.
+func (g *Gateway) inBackground(fn func()) {
+	// Not g.mu: this runs on upstream read loops, which Close waits for
+	// while holding g.mu.
+	g.backgroundMu.Lock()
+	defer g.backgroundMu.Unlock()
+	if g.backgroundClosed {
+		return
+	}
+	g.background.Go(fn)
+}
+
 // instanceID names this gateway process in decision-log labels.
 func instanceID() string {
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s/%d", host, os.Getpid())
+}
+
+// upstreamError is what the client sees when a forwarded request fails: the
+// server's own protocol error as it sent it, anything else (a timeout, a
+// broken connection) as an internal error naming the server.
+func upstreamError(u *upstream, err error) error {
+	if err == nil {
+		return nil
+	}
+	var rpcErr *jsonrpc.Error
+	if errors.As(err, &rpcErr) {
+		return rpcErr
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("server %q: %v", u.cfg.Name, err)}
+}
+
+// stripServerInfo removes the upstream's self-description from a result:
+// the client talks to the gateway, which adds its own.
+func stripServerInfo(res mcp.Result) {
+	if res == nil {
+		return
+	}
+	if m := res.GetMeta(); m != nil {
+		delete(m, mcp.MetaKeyServerInfo)
+		if len(m) == 0 {
+			res.SetMeta(nil)
+		}
+	}
+}
+
+// upstreamChanged re-lists what changed on u, rebuilds the catalog (so every
+// later list is decided afresh by policy) and tells the downstream clients
+// that their lists changed.
+func (g *Gateway) upstreamChanged(u *upstream, tools, resources, prompts bool) {
+	if !u.ready.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := u.refresh(ctx, tools, resources, prompts); err != nil {
+		g.logger.Warn("re-list after list_changed failed", "server", u.cfg.Name, "error", err)
+		return
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return
+	}
+	cat, notes := buildCatalog(g.upstreams, g.cfg.Naming)
+	before := g.catalog
+	g.catalog = cat
+	u.mu.RLock()
+	n := len(u.tools)
+	u.mu.RUnlock()
+	for i := range g.status {
+		if g.status[i].Name == u.cfg.Name {
+			g.status[i].Tools = n
+		}
+	}
+	g.mu.Unlock()
+	for _, n := range notes {
+		g.logger.Warn("not exposed", "detail", n)
+	}
+	g.logger.Info("upstream lists changed", "server", u.cfg.Name, "tools", tools, "resources", resources, "prompts", prompts)
+	for _, s := range g.downstreamServers() {
+		registerTools(s, before, cat)
+		notifyListChanged(s, resources, prompts)
+	}
+}
+
+// addDownstreamServer records a downstream MCP server, to be told about
+// list changes; the returned func forgets it.
+func (g *Gateway) addDownstreamServer(s *mcp.Server) {
+	g.facesMu.Lock()
+	defer g.facesMu.Unlock()
+	g.faces = append(g.faces, s)
+}
+
+func (g *Gateway) forgetDownstreamServer(s *mcp.Server) {
+	g.facesMu.Lock()
+	defer g.facesMu.Unlock()
+	if i := slices.Index(g.faces, s); i >= 0 {
+		g.faces = slices.Delete(g.faces, i, i+1)
+	}
+}
+
+func (g *Gateway) downstreamServers() []*mcp.Server {
+	g.facesMu.Lock()
+	defer g.facesMu.Unlock()
+	return slices.Clone(g.faces)
+}
+
+// closeDownstreamSessions ends every downstream client session (HTTP
+// sessions outlive their connections until they time out).
+func (g *Gateway) closeDownstreamSessions() {
+	for _, s := range g.downstreamServers() {
+		for ss := range s.Sessions() {
+			_ = ss.Close()
+		}
+	}
 }

@@ -175,7 +175,7 @@ func TestE2EDemoPolicyOverTheWire(t *testing.T) {
 		},
 		"streamable HTTP": func(t *testing.T) *mcp.ClientSession {
 			cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx,
-				&mcp.StreamableClientTransport{Endpoint: httpServer.URL}, nil)
+				&mcp.StreamableClientTransport{Endpoint: httpServer.URL + "/mcp"}, nil)
 			require.NoError(t, err)
 			return cs
 		},

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"time"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -14,8 +14,9 @@ import (
 )
 
 // Run serves the configured listeners until ctx ends, one of them fails, or
-// the stdio client disconnects; then it shuts the HTTP listeners down,
-// letting in-flight requests finish for up to ten seconds. Clients that
+// the stdio client disconnects; then it shuts the HTTP listeners down:
+// no new connections, in-flight requests finish (for up to ten seconds),
+// then open streams are closed. Clients that
 // present no credentials act as the configured principal. Run does not
 // Close the gateway.
 func (g *Gateway) Run(ctx context.Context) error {
@@ -35,9 +36,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", l.HTTP, err)
 		}
-		mux := http.NewServeMux()
-		g.auth.mount(mux, "/mcp", g.HTTPHandler(principal))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		srv := newHTTPServer(g.HTTPHandler(principal, HTTPOptions{AllowedOrigins: l.AllowedOrigins}))
 		servers = append(servers, srv)
 		logger.Info("serving streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
 		go func() {
@@ -54,13 +53,27 @@ func (g *Gateway) Run(ctx context.Context) error {
 	case err = <-done:
 	}
 	cancel()
-	shutdownCtx, stop := context.WithTimeout(context.Background(), 10*time.Second)
-	defer stop()
-	for _, srv := range servers {
-		_ = srv.Shutdown(shutdownCtx)
-	}
+	g.shutdownHTTP(servers)
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	return err
+}
+
+// shutdownHTTP stops accepting, lets in-flight requests finish within
+// shutdownGrace, then closes what is left (idle SSE streams, which never
+// finish on their own).
+func (g *Gateway) shutdownHTTP(servers []*http.Server) {
+	ctx, stop := context.WithTimeout(context.Background(), shutdownGrace)
+	defer stop()
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		wg.Go(func() { _ = srv.Shutdown(ctx) })
+	}
+	g.inflight.wait(ctx)
+	for _, srv := range servers {
+		_ = srv.Close()
+	}
+	wg.Wait()
+	g.closeDownstreamSessions()
 }

@@ -42,7 +42,7 @@ func TestE2EDecisionLogUnderLoad(t *testing.T) {
 	var wg sync.WaitGroup
 	for c := range clients {
 		wg.Go(func() {
-			cs, err := mcp.NewClient(&mcp.Implementation{Name: "load"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL}, nil)
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "load"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp"}, nil)
 			if !assert.NoError(t, err) {
 				return
 			}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -17,79 +19,400 @@ import (
 )
 
 // startTimeout bounds spawning an upstream, its MCP handshake and its first
-// tools/list. A server that has not answered by then is reported failed.
+// listings. A server that has not answered by then is reported failed.
 const startTimeout = 30 * time.Second
 
-// upstreamProtocolVersion is the version offered to upstream servers. It is
-// the last version with an initialize handshake, which every server in use
-// speaks; offering it avoids the discovery probe that silent legacy stdio
-// servers never answer.
-const upstreamProtocolVersion = "2025-11-25"
+// discoverTimeout bounds the 2026-07-28 discovery probe: a legacy stdio
+// server may never answer server/discover, and is then started again and
+// spoken to in the legacy era.
+const discoverTimeout = 5 * time.Second
+
+// The two protocol eras (see RATIONALE.md, "Two eras upstream").
+const (
+	legacyProtocolVersion = "2025-11-25"
+	modernProtocolVersion = "2026-07-28"
+)
 
 // upstream is one running, connected upstream server.
+//
+// It is spoken to over up to two links: legacy (initialize, a session,
+// server→client requests) always, and modern (stateless 2026-07-28, MRTR)
+// when the server speaks it. A downstream request goes over the link of its
+// own era, so that sampling and elicitation reach legacy clients as
+// requests and modern clients as input_required results.
 type upstream struct {
 	cfg         ServerConfig
-	proc        *sandbox.Process
-	session     *mcp.ClientSession
-	tools       []*mcp.Tool
+	g           *Gateway
+	legacy      *link
+	modern      *link // nil: the server speaks no 2026-07-28
 	confinement policy.Confinement
-	stderr      *lineLogger
+	calls       callRegistry
+	// ready is set once start-up has assigned the links and listed the
+	// server: list_changed notifications before that are covered by the
+	// start-up listing and must not touch half-built links.
+	ready atomic.Bool
+
+	mu        sync.RWMutex // guards the listings below, replaced on list_changed
+	caps      *mcp.ServerCapabilities
+	tools     []*mcp.Tool
+	resources []*mcp.Resource
+	templates []*mcp.ResourceTemplate
+	prompts   []*mcp.Prompt
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// startUpstream spawns the server confined, connects to it over its stdio
-// and lists its tools (following pagination). On any failure the process is
-// stopped before returning.
-func startUpstream(ctx context.Context, sc ServerConfig, env map[string]string, logger *slog.Logger) (_ *upstream, err error) {
+// link is one MCP client session with the server: over the stdio of a
+// confined process, or over HTTP to a remote server.
+type link struct {
+	proc    *sandbox.Process // nil for a remote server
+	stderr  *lineLogger      // nil for a remote server
+	session *mcp.ClientSession
+	relayed relayedCounter // log and progress notifications read but not yet relayed
+}
+
+func (l *link) modern() bool {
+	r := l.session.InitializeResult()
+	return r != nil && r.ProtocolVersion >= modernProtocolVersion
+}
+
+// startUpstream starts the server (or reaches the remote one), learns which
+// eras it speaks, and lists what it offers. On any failure everything
+// started is stopped before returning.
+func startUpstream(ctx context.Context, g *Gateway, sc ServerConfig, env map[string]string) (_ *upstream, err error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-
-	stderr := newLineLogger(logger.With("server", sc.Name), "upstream stderr")
-	proc, err := sandbox.Spawn(ctx, sandbox.Spec{
-		Name:    sc.Name,
-		Command: sc.Command,
-		Args:    sc.Args,
-		Dir:     sc.Cwd,
-		Env:     env,
-		Stderr:  stderr,
-		Profile: sc.Sandbox,
-	})
-	if err != nil {
-		_ = stderr.Close()
-		return nil, err
-	}
-	u := &upstream{cfg: sc, proc: proc, confinement: confinementOf(proc.Confinement()), stderr: stderr}
+	u := &upstream{cfg: sc, g: g}
 	defer func() {
 		if err != nil {
 			_ = u.close()
 		}
 	}()
 
-	// A server that exits during the handshake must fail the start at once,
-	// not after the timeout.
-	go func() {
-		select {
-		case <-proc.Done():
-			cancel()
-		case <-ctx.Done():
+	// Probe for the modern era first; a server that answers with the legacy
+	// era (or not at all) gets a legacy link only.
+	probeCtx, stopProbe := context.WithTimeout(ctx, discoverTimeout)
+	first, err := u.connect(probeCtx, env, modernProtocolVersion)
+	stopProbe()
+	switch {
+	case err != nil && ctx.Err() == nil && !errors.Is(err, errServerExited):
+		g.logger.Info("no answer to the 2026-07-28 probe; speaking 2025-11-25", "server", sc.Name, "error", err)
+		if u.legacy, err = u.connect(ctx, env, legacyProtocolVersion); err != nil {
+			return nil, err
 		}
-	}()
-
-	client := mcp.NewClient(&mcp.Implementation{Name: "mcp-warden", Version: Version}, nil)
-	u.session, err = client.Connect(ctx, &mcp.IOTransport{Reader: proc.Stdout(), Writer: proc.Stdin()},
-		&mcp.ClientSessionOptions{ProtocolVersion: upstreamProtocolVersion})
-	if err != nil {
-		return nil, fmt.Errorf("server %q: MCP handshake: %w", sc.Name, startCause(err, proc))
+	case err != nil:
+		return nil, err
+	case first.modern():
+		u.modern = first
+		if u.legacy, err = u.connect(ctx, env, legacyProtocolVersion); err != nil {
+			return nil, err
+		}
+	default:
+		u.legacy = first
 	}
-	for t, err := range u.session.Tools(ctx, nil) {
-		if err != nil {
-			return nil, fmt.Errorf("server %q: tools/list: %w", sc.Name, startCause(err, proc))
-		}
-		u.tools = append(u.tools, t)
+	if u.legacy.proc != nil {
+		u.confinement = confinementOf(u.legacy.proc.Confinement())
+	}
+	if err := u.refresh(ctx, true, true, true); err != nil {
+		return nil, fmt.Errorf("server %q: %w", sc.Name, u.legacy.cause(err))
+	}
+	u.ready.Store(true)
+	if caps := u.capabilities(); caps.Logging != nil {
+		// Everything is forwarded; each downstream session filters at its own level.
+		_ = u.legacy.session.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "debug"})
 	}
 	return u, nil
+}
+
+var errServerExited = errors.New("server exited during start-up")
+
+// connect starts one link: spawns the server confined (or dials the remote
+// one) and runs the handshake of the era of version.
+func (u *upstream) connect(ctx context.Context, env map[string]string, version string) (*link, error) {
+	sc := u.cfg
+	l := &link{}
+	client := mcp.NewClient(&mcp.Implementation{Name: "mcp-warden", Version: Version}, u.clientOptions(l))
+	client.AddReceivingMiddleware(u.relayRequests)
+	var t mcp.Transport
+	if sc.URL != "" {
+		hc := &http.Client{Transport: headerTransport{headers: sc.Headers, next: http.DefaultTransport}}
+		if sc.Transport == RemoteSSE {
+			t = &mcp.SSEClientTransport{Endpoint: sc.URL, HTTPClient: hc}
+		} else {
+			t = &mcp.StreamableClientTransport{Endpoint: sc.URL, HTTPClient: hc}
+		}
+	} else {
+		l.stderr = newLineLogger(u.g.logger.With("server", sc.Name), "upstream stderr")
+		proc, err := sandbox.Spawn(ctx, sandbox.Spec{
+			Name: sc.Name, Command: sc.Command, Args: sc.Args, Dir: sc.Cwd, Env: env, Stderr: l.stderr, Profile: sc.Sandbox,
+		})
+		if err != nil {
+			_ = l.stderr.Close()
+			return nil, err
+		}
+		l.proc = proc
+		t = &mcp.IOTransport{Reader: proc.Stdout(), Writer: proc.Stdin()}
+		// A server that exits during the handshake must fail it at once,
+		// not after the timeout.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-proc.Done():
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	var err error
+	l.session, err = client.Connect(ctx, countingTransport{Transport: t, relayed: &l.relayed}, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	if err != nil {
+		err = l.cause(err)
+		_ = l.close()
+		return nil, fmt.Errorf("server %q: MCP handshake: %w", sc.Name, err)
+	}
+	return l, nil
+}
+
+// headerTransport adds the configured headers to every request to a remote
+// server. Nothing of the downstream request is copied.
+type headerTransport struct {
+	headers map[string]string
+	next    http.RoundTripper
+}
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if len(t.headers) > 0 {
+		r = r.Clone(r.Context())
+		for k, v := range t.headers {
+			r.Header.Set(k, v)
+		}
+	}
+	return t.next.RoundTrip(r)
+}
+
+// clientOptions routes what the server sends on its own — notifications
+// and requests — to the gateway and to the downstream client whose call
+// caused them.
+func (u *upstream) clientOptions(l *link) *mcp.ClientOptions {
+	return &mcp.ClientOptions{
+		// The downstream client answers input requests: pass them through.
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		// Notification handlers run on the session's read loop: re-listing
+		// from there would deadlock, so it runs on its own goroutine.
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			u.g.inBackground(func() { u.g.upstreamChanged(u, true, false, false) })
+		},
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
+			u.g.inBackground(func() { u.g.upstreamChanged(u, false, true, false) })
+		},
+		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) {
+			u.g.inBackground(func() { u.g.upstreamChanged(u, false, false, true) })
+		},
+		ResourceUpdatedHandler: func(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			u.g.resourceUpdated(ctx, req.Params)
+		},
+		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
+			defer l.relayed.done()
+			u.calls.progress(ctx, req.Params)
+		},
+		LoggingMessageHandler: func(ctx context.Context, req *mcp.LoggingMessageRequest) {
+			defer l.relayed.done()
+			u.calls.log(ctx, req.Params)
+		},
+		// These declare the capabilities; relayRequests answers the requests.
+		CreateMessageHandler: func(ctx context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return u.calls.createMessage(ctx, req.Params)
+		},
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return u.calls.elicit(ctx, req.Params)
+		},
+	}
+}
+
+// relayRequests hands the server's sampling and elicitation requests to the
+// client they are for, untouched: the SDK's own handling would first check
+// them against its own reading of the schema rules, and the client, not the
+// gateway, is the one to judge them.
+func (u *upstream) relayRequests(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch r := req.(type) {
+		case *mcp.ElicitRequest:
+			return u.calls.elicit(ctx, r.Params)
+		case *mcp.CreateMessageRequest:
+			return u.calls.createMessage(ctx, r.Params)
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// refresh re-lists what the server offers: its tools, resources and
+// resource templates, and prompts, as asked.
+func (u *upstream) refresh(ctx context.Context, tools, resources, prompts bool) error {
+	s := u.legacy.session
+	caps := s.InitializeResult().Capabilities
+	if caps == nil {
+		caps = &mcp.ServerCapabilities{}
+	}
+	var (
+		ts  []*mcp.Tool
+		rs  []*mcp.Resource
+		rts []*mcp.ResourceTemplate
+		ps  []*mcp.Prompt
+	)
+	if tools && caps.Tools != nil {
+		for t, err := range s.Tools(ctx, nil) {
+			if err != nil {
+				return fmt.Errorf("tools/list: %w", err)
+			}
+			ts = append(ts, t)
+		}
+	}
+	if resources && caps.Resources != nil {
+		for r, err := range s.Resources(ctx, nil) {
+			if err != nil {
+				return fmt.Errorf("resources/list: %w", err)
+			}
+			rs = append(rs, r)
+		}
+		for rt, err := range s.ResourceTemplates(ctx, nil) {
+			if err != nil {
+				return fmt.Errorf("resources/templates/list: %w", err)
+			}
+			rts = append(rts, rt)
+		}
+	}
+	if prompts && caps.Prompts != nil {
+		for p, err := range s.Prompts(ctx, nil) {
+			if err != nil {
+				return fmt.Errorf("prompts/list: %w", err)
+			}
+			ps = append(ps, p)
+		}
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.caps = caps
+	if tools {
+		u.tools = ts
+	}
+	if resources {
+		u.resources, u.templates = rs, rts
+	}
+	if prompts {
+		u.prompts = ps
+	}
+	return nil
+}
+
+func (u *upstream) capabilities() *mcp.ServerCapabilities {
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	return u.caps
+}
+
+// linkFor is the link a downstream request of the given era goes over.
+func (u *upstream) linkFor(modern bool) *link {
+	if modern && u.modern != nil {
+		return u.modern
+	}
+	return u.legacy
+}
+
+// callTimeout bounds every request forwarded to the server.
+func (u *upstream) callTimeout() time.Duration {
+	if u.cfg.CallTimeout > 0 {
+		return u.cfg.CallTimeout
+	}
+	return DefaultCallTimeout
+}
+
+// forward sends one downstream request over the link of its era, bounded by
+// the call timeout, with the downstream request registered so that
+// progress, logging, sampling and elicitation find their way back. send
+// receives the session and the _meta to send.
+func forward[R any](ctx context.Context, u *upstream, send func(context.Context, *mcp.ClientSession, mcp.Meta) (R, error)) (R, error) {
+	m := requestMetaFrom(ctx)
+	l := u.linkFor(m.modern)
+	ctx, cancel := context.WithTimeout(ctx, u.callTimeout())
+	defer cancel()
+	u.g.inflight.add()
+	defer u.g.inflight.done()
+	id, done := u.calls.begin(m)
+	defer done()
+	res, err := send(ctx, l.session, upstreamMeta(m, l.modern(), id))
+	// The SDK hands notifications to their handlers behind the response
+	// that followed them: let those relay before the client gets the
+	// result, as the server sent them.
+	l.relayed.wait(ctx)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		var zero R
+		return zero, fmt.Errorf("server %q did not answer within %s", u.cfg.Name, u.callTimeout())
+	}
+	return res, err
+}
+
+// upstreamMeta is the _meta sent upstream for a downstream request: the
+// gateway's own progress token for the client's, and for a modern link the
+// client's capabilities and log level (the server decides what it may ask
+// for on them); nothing else of the client's _meta.
+func upstreamMeta(m requestMeta, modernLink bool, id string) mcp.Meta {
+	out := mcp.Meta{}
+	if m.progressToken != nil {
+		out["progressToken"] = id
+	}
+	for _, k := range []string{"traceparent", "tracestate", "baggage"} {
+		if v, ok := m.meta[k]; ok {
+			out[k] = v
+		}
+	}
+	if modernLink && m.modern {
+		for _, k := range []string{mcp.MetaKeyClientCapabilities, mcp.MetaKeyLogLevel} {
+			if v, ok := m.meta[k]; ok {
+				out[k] = v
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// close ends the sessions and stops the process trees. It is idempotent.
+func (u *upstream) close() error {
+	u.closeOnce.Do(func() {
+		var errs []error
+		for _, l := range []*link{u.modern, u.legacy} {
+			if l != nil {
+				errs = append(errs, l.close())
+			}
+		}
+		u.closeErr = errors.Join(errs...)
+	})
+	return u.closeErr
+}
+
+func (l *link) close() error {
+	var errs []error
+	if l.session != nil {
+		// Closing the session closes the server's stdin, the first step
+		// of the stop sequence.
+		if err := l.session.Close(); err != nil && !errors.Is(err, io.EOF) && l.proc != nil {
+			errs = append(errs, err)
+		}
+	}
+	if l.proc != nil {
+		if err := l.proc.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if l.stderr != nil {
+		_ = l.stderr.Close()
+	}
+	return errors.Join(errs...)
 }
 
 // exitGrace is how long a failed handshake waits to learn whether the
@@ -97,60 +420,25 @@ func startUpstream(ctx context.Context, sc ServerConfig, env map[string]string, 
 // caused.
 const exitGrace = time.Second
 
-// startCause explains a failed start: a server that exited is named as such
+// cause explains a failed start: a server that exited is named as such
 // (with its status) rather than by the transport error its exit caused.
-func startCause(err error, proc *sandbox.Process) error {
+func (l *link) cause(err error) error {
+	if l.proc == nil {
+		return err
+	}
 	select {
-	case <-proc.Done():
+	case <-l.proc.Done():
 		status := "status 0"
-		if werr := proc.Wait(); werr != nil {
+		if werr := l.proc.Wait(); werr != nil {
 			status = werr.Error()
 		}
-		return fmt.Errorf("server exited during start-up (%s): %w", status, err)
+		return fmt.Errorf("%w (%s): %w", errServerExited, status, err)
 	case <-time.After(exitGrace):
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("no answer within %s (%w)", startTimeout, err)
 	}
 	return err
-}
-
-// call forwards one tools/call, bounded by the server's call timeout.
-func (u *upstream) call(ctx context.Context, name string, args map[string]any) (*mcp.CallToolResult, error) {
-	timeout := u.cfg.CallTimeout
-	if timeout == 0 {
-		timeout = DefaultCallTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if args == nil {
-		args = map[string]any{} // servers reject a null arguments object
-	}
-	res, err := u.session.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
-	if errors.Is(err, context.DeadlineExceeded) {
-		return nil, fmt.Errorf("server %q did not answer within %s", u.cfg.Name, timeout)
-	}
-	return res, err
-}
-
-// close ends the MCP session and stops the process tree. It is idempotent.
-func (u *upstream) close() error {
-	u.closeOnce.Do(func() {
-		var errs []error
-		if u.session != nil {
-			// Closing the session closes the server's stdin, the first step
-			// of the stop sequence.
-			if err := u.session.Close(); err != nil && !errors.Is(err, io.EOF) {
-				errs = append(errs, err)
-			}
-		}
-		if err := u.proc.Close(); err != nil {
-			errs = append(errs, err)
-		}
-		_ = u.stderr.Close()
-		u.closeErr = errors.Join(errs...)
-	})
-	return u.closeErr
 }
 
 func confinementOf(c sandbox.Confinement) policy.Confinement {

@@ -39,8 +39,9 @@ func (d *Decider) Decide(ctx context.Context, in Input) Decision {
 	return dec
 }
 
-// DecideExposure decides, for a tools/list, whether each of inputs (one per
-// tool, all with ActionToolsList) is exposed. It writes one log event that
+// DecideExposure decides, for a list (tools/list, resources/list or
+// prompts/list), whether each of inputs (one per item, all with the same
+// list action) is exposed. It writes one log event that
 // carries every tool's decision and reason, and returns the decisions in the
 // order of inputs. If the log cannot be written nothing is exposed.
 func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision {
@@ -54,7 +55,7 @@ func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision
 	ev := d.log.newListEvent(inputs, decisions, errs, time.Since(start), eval)
 	if err := d.log.write(ctx, ev); err != nil {
 		for i := range decisions {
-			decisions[i] = denyForError(ActionToolsList, fmt.Errorf("decision log: %w", err))
+			decisions[i] = denyForError(inputs[i].Action, fmt.Errorf("decision log: %w", err))
 		}
 	}
 	return decisions
@@ -123,7 +124,7 @@ func decisionFromResult(v any) (Decision, error) {
 func denyForError(action Action, err error) Decision {
 	return Decision{
 		Allow:  false,
-		Hidden: action == ActionToolsCall,
+		Hidden: action == ActionToolsCall || action == ActionResourcesRead || action == ActionPromptsGet,
 		Reason: "denied: policy error (" + err.Error() + ")",
 	}
 }

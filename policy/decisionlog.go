@@ -62,24 +62,33 @@ type EventError struct {
 	Message string `json:"message"`
 }
 
-// listInput is the logged input of a tools/list event.
+// listInput is the logged input of a list event (tools/list,
+// resources/list or prompts/list): the listed items under "tools",
+// "resources" or "prompts".
 type listInput struct {
 	Action    Action       `json:"action"`
 	Principal Principal    `json:"principal"`
 	RequestID string       `json:"request_id,omitempty"`
 	SessionID string       `json:"session_id,omitempty"`
 	Time      string       `json:"time"`
-	Tools     []listedTool `json:"tools"`
+	Tools     []listedItem `json:"tools,omitempty"`
+	Resources []listedItem `json:"resources,omitempty"`
+	Prompts   []listedItem `json:"prompts,omitempty"`
 }
 
-type listedTool struct {
-	Server Server `json:"server"`
-	Tool   Tool   `json:"tool"`
+type listedItem struct {
+	Server   Server    `json:"server"`
+	Tool     *Tool     `json:"tool,omitempty"`
+	Resource *Resource `json:"resource,omitempty"`
+	Prompt   *Prompt   `json:"prompt,omitempty"`
 }
 
-// listResult is one tool's entry in the result of a tools/list event.
+// listResult is one item's entry in the result of a list event, named by
+// tool name, resource URI or prompt name.
 type listResult struct {
-	Tool string `json:"tool"`
+	Tool     string `json:"tool,omitempty"`
+	Resource string `json:"resource,omitempty"`
+	Prompt   string `json:"prompt,omitempty"`
 	Decision
 	Error string `json:"error,omitempty"`
 }
@@ -209,18 +218,35 @@ func (l *DecisionLog) newEvent(in Input, dec Decision, evalErr error, took, eval
 
 func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []error, took, eval time.Duration) *Event {
 	ev := l.baseEvent(took, eval)
-	li := listInput{Action: ActionToolsList, Tools: make([]listedTool, len(inputs))}
+	li := listInput{Action: ActionToolsList}
+	items := make([]listedItem, len(inputs))
 	results := make([]listResult, len(inputs))
 	for i, in := range inputs {
 		if i == 0 {
-			li.Principal, li.RequestID, li.SessionID, li.Time = in.Principal, in.RequestID, in.SessionID, in.Time
+			li.Action, li.Principal, li.RequestID, li.SessionID, li.Time = in.Action, in.Principal, in.RequestID, in.SessionID, in.Time
 		}
-		li.Tools[i] = listedTool{Server: in.Server, Tool: in.Tool}
-		results[i] = listResult{Tool: in.Tool.Name, Decision: decisions[i]}
+		items[i] = listedItem{Server: in.Server, Tool: in.Tool, Resource: in.Resource, Prompt: in.Prompt}
+		results[i] = listResult{Decision: decisions[i]}
+		switch {
+		case in.Tool != nil:
+			results[i].Tool = in.Tool.Name
+		case in.Resource != nil:
+			results[i].Resource = in.Resource.URI
+		case in.Prompt != nil:
+			results[i].Prompt = in.Prompt.Name
+		}
 		if errs[i] != nil {
 			results[i].Error = errs[i].Error()
 			ev.Error = &EventError{Code: "evaluation_error", Message: "one or more exposure decisions failed; see result"}
 		}
+	}
+	switch li.Action {
+	case ActionResourcesList:
+		li.Resources = items
+	case ActionPromptsList:
+		li.Prompts = items
+	default:
+		li.Tools = items
 	}
 	ev.Input = li
 	ev.Result = results

@@ -23,21 +23,38 @@ const (
 	ActionToolsList Action = "tools/list"
 	// ActionToolsCall decides whether one tools/call may proceed.
 	ActionToolsCall Action = "tools/call"
+	// ActionResourcesList decides whether one resource or resource template
+	// is exposed in a resources/list or resources/templates/list.
+	ActionResourcesList Action = "resources/list"
+	// ActionResourcesRead decides whether one resources/read (or a
+	// subscription to the resource) may proceed.
+	ActionResourcesRead Action = "resources/read"
+	// ActionPromptsList decides whether one prompt is exposed in a
+	// prompts/list.
+	ActionPromptsList Action = "prompts/list"
+	// ActionPromptsGet decides whether one prompts/get may proceed.
+	ActionPromptsGet Action = "prompts/get"
 )
 
 // Input is the document the policy sees as `input`. Its JSON form is
 // described field by field in the README and in policy/input.schema.json.
 type Input struct {
-	// Action is "tools/list" or "tools/call".
+	// Action is what is decided: tools/list, tools/call, resources/list,
+	// resources/read, prompts/list or prompts/get.
 	Action Action `json:"action"`
 	// Principal is who is asking.
 	Principal Principal `json:"principal"`
 	// Server is the upstream server the tool belongs to.
 	Server Server `json:"server"`
-	// Tool is the tool being exposed or called.
-	Tool Tool `json:"tool"`
-	// Arguments are the tools/call arguments, exactly as the client sent
-	// them; absent for tools/list.
+	// Tool is the tool being exposed or called (tools/* actions only).
+	Tool *Tool `json:"tool,omitempty"`
+	// Resource is the resource or template being exposed or read
+	// (resources/* actions only).
+	Resource *Resource `json:"resource,omitempty"`
+	// Prompt is the prompt being exposed or got (prompts/* actions only).
+	Prompt *Prompt `json:"prompt,omitempty"`
+	// Arguments are the tools/call or prompts/get arguments, exactly as the
+	// client sent them; absent for list actions.
 	Arguments map[string]any `json:"arguments,omitempty"`
 	// RequestID is the JSON-RPC id of the client's request, when it has one.
 	RequestID string `json:"request_id,omitempty"`
@@ -57,8 +74,9 @@ type Principal struct {
 	// AuthMethod is how the client was authenticated: "api_key", "jwt",
 	// or "none" when no credentials were checked (a configured principal).
 	AuthMethod string `json:"auth_method"`
-	// Transport is the downstream transport: "stdio", "streamable-http" or
-	// "api" for the Go embedding API.
+	// Transport is the downstream transport: "stdio", "streamable-http",
+	// "sse" (legacy HTTP+SSE), "rest" (the REST face) or "api" (the Go
+	// embedding API).
 	Transport string `json:"transport"`
 }
 
@@ -68,8 +86,10 @@ type Server struct {
 	Name string `json:"name"`
 	// Command is the program and Args its arguments. Secret values never
 	// appear here (they are passed through the environment only).
-	Command string   `json:"command"`
+	Command string   `json:"command,omitempty"`
 	Args    []string `json:"args,omitempty"`
+	// URL is the endpoint of a remote server (instead of Command).
+	URL string `json:"url,omitempty"`
 	// Confinement states the protections the server actually runs under.
 	Confinement Confinement `json:"confinement"`
 }
@@ -130,6 +150,30 @@ type Tool struct {
 	// SHA256 is the hex sha256 of the upstream definition in canonical JSON
 	// (see DefinitionHash), so policy can pin definitions.
 	SHA256 string `json:"sha256"`
+}
+
+// Resource is a resource (or resource template) as the upstream server
+// declared it. Resource URIs are not renamed by the gateway.
+type Resource struct {
+	// URI is the resource's URI; for a template, its URI template.
+	URI string `json:"uri"`
+	// Template is true when URI is an RFC 6570 URI template.
+	Template bool `json:"template,omitempty"`
+	// Name and MIMEType are the upstream's declaration, when known (a read
+	// of a URI no listed resource declares has neither).
+	Name     string `json:"name,omitempty"`
+	MIMEType string `json:"mime_type,omitempty"`
+}
+
+// Prompt is a prompt as the upstream server declared it, with the name it
+// is exposed under.
+type Prompt struct {
+	// Name is the name clients see (possibly prefixed with the server).
+	Name string `json:"name"`
+	// UpstreamName is the name the upstream server declared.
+	UpstreamName string `json:"upstream_name"`
+	// Description is the upstream description, verbatim.
+	Description string `json:"description,omitempty"`
 }
 
 // DefinitionHash returns the hex sha256 of a tool definition's canonical

@@ -35,7 +35,7 @@ func input(action policy.Action, tool string, args map[string]any) policy.Input 
 		Action:    action,
 		Principal: policy.Principal{ID: "alice", Transport: "api", AuthMethod: "none"},
 		Server:    policy.Server{Name: "files", Command: "files-server"},
-		Tool:      policy.Tool{Name: "files__" + tool, UpstreamName: tool, SHA256: strings.Repeat("0", 64)},
+		Tool:      &policy.Tool{Name: "files__" + tool, UpstreamName: tool, SHA256: strings.Repeat("0", 64)},
 		Arguments: args,
 		Time:      policy.Timestamp(time.Now()),
 	}
@@ -291,14 +291,17 @@ func TestInputMatchesSchemaFields(t *testing.T) {
 	full.RequestID, full.SessionID = "1", "s"
 	full.Principal.Claims = map[string]any{"k": "v"}
 	full.Principal.AuthMethod = "jwt"
-	full.Server.Args = []string{"a"}
+	full.Server.Args, full.Server.URL = []string{"a"}, "https://x"
 	full.Tool.Description, full.Tool.InputSchema, full.Tool.Annotations = "d", map[string]any{}, map[string]any{}
+	// resource and prompt belong to other actions; one input shows them all.
+	full.Resource = &policy.Resource{URI: "u", Template: true, Name: "n", MIMEType: "m"}
+	full.Prompt = &policy.Prompt{Name: "p", UpstreamName: "p", Description: "d"}
 	enc, err := json.Marshal(full)
 	require.NoError(t, err)
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal(enc, &doc))
 	assert.ElementsMatch(t, keys(schema.Properties), keys(doc))
-	for _, obj := range []string{"principal", "server", "tool"} {
+	for _, obj := range []string{"principal", "server", "tool", "resource", "prompt"} {
 		assert.ElementsMatch(t, keys(schema.Properties[obj].Properties), keys(doc[obj].(map[string]any)), obj)
 	}
 }

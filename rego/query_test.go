@@ -23,7 +23,7 @@ var gatewayData = map[string]any{"warden": map[string]any{"servers": map[string]
 var (
 	allowed     = map[string]any{"allow": true, "reason": "tool exposed by data.warden.servers and not denied"}
 	hidden      = map[string]any{"allow": false, "hidden": true, "reason": "unknown tool"}
-	defaultDeny = map[string]any{"allow": false, "reason": "denied by default: only tools/list and tools/call of tools exposed by data.warden.servers are allowed"}
+	defaultDeny = map[string]any{"allow": false, "reason": "denied by default: only tools, resources and prompts exposed by data.warden.servers are allowed"}
 	notesDenied = map[string]any{"allow": false, "reason": "notes under private/ and paths with .. are not readable through the gateway"}
 )
 
@@ -94,7 +94,7 @@ func TestDefaultPolicyDecisions(t *testing.T) {
 		{"call: not exposed is hidden", def, input("tools/call", "files", "write_file", nil), hidden},
 		{"call: blocked is hidden", def, input("tools/call", "files", "read_secrets", nil), hidden},
 		{"call: missing server is hidden", def, input("tools/call", "ghost", "echo", nil), hidden},
-		{"unknown action", def, input("resources/read", "open", "echo", nil), defaultDeny},
+		{"unknown action", def, input("sampling/createMessage", "open", "echo", nil), defaultDeny},
 		{"empty input", def, []byte(`{}`), defaultDeny},
 		{"input not an object", def, []byte(`[1, 2]`), defaultDeny},
 

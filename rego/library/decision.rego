@@ -11,20 +11,21 @@ package mcp.warden
 # inputs missing the fields the rules need.
 default decision := {
 	"allow": false,
-	"reason": "denied by default: only tools/list and tools/call of tools exposed by data.warden.servers are allowed",
+	"reason": "denied by default: only tools, resources and prompts exposed by data.warden.servers are allowed",
 }
 
-# A tools/call of a tool the principal may not see. The gateway answers as
-# for an unknown tool, so the reason must not say more than that.
-decision := {"allow": false, "hidden": true, "reason": "unknown tool"} if {
-	input.action == "tools/call"
+# A tools/call (resources/read, prompts/get) of a tool (resource, prompt)
+# the principal may not see. The gateway answers as for an unknown one, so
+# the reason must not say more than that.
+decision := {"allow": false, "hidden": true, "reason": sprintf("unknown %s", [kind[input.action]])} if {
+	input.action in use_actions
 	not exposed
 }
 
 decision := {"allow": false, "reason": reason} if {
-	input.action == "tools/list"
+	input.action in list_actions
 	not exposed
-	reason := sprintf("tool %q of server %q is not exposed by data.warden.servers", [input.tool.upstream_name, input.server.name])
+	reason := sprintf("%s %q of server %q is not exposed by data.warden.servers", [kind[input.action], item_name, input.server.name])
 }
 
 decision := {"allow": false, "reason": concat("; ", sort(denials))} if {
@@ -40,7 +41,17 @@ decision := {"allow": true, "reason": "tool exposed by data.warden.servers and n
 	not malformed_deny
 }
 
-actions := {"tools/list", "tools/call"}
+list_actions := {"tools/list", "resources/list", "prompts/list"}
+
+use_actions := {"tools/call", "resources/read", "prompts/get"}
+
+actions := list_actions | use_actions
+
+kind := {
+	"tools/list": "tool", "tools/call": "tool",
+	"resources/list": "resource", "resources/read": "resource",
+	"prompts/list": "prompt", "prompts/get": "prompt",
+}
 
 # Every reason added by `deny contains reason if {...}` in any module of this
 # package. Read through data. so that the library compiles on its own, before

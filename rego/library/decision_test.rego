@@ -23,7 +23,7 @@ hidden := {"allow": false, "hidden": true, "reason": "unknown tool"}
 
 default_deny := {
 	"allow": false,
-	"reason": "denied by default: only tools/list and tools/call of tools exposed by data.warden.servers are allowed",
+	"reason": "denied by default: only tools, resources and prompts exposed by data.warden.servers are allowed",
 }
 
 not_listed(tool, server) := {
@@ -114,7 +114,7 @@ test_no_denial_allows if {
 # actions
 
 test_unknown_action_is_denied_by_default if {
-	decide(object.union(call_of("open", "echo"), {"action": "resources/read"})) == default_deny
+	decide(object.union(call_of("open", "echo"), {"action": "sampling/createMessage"})) == default_deny
 	decide(object.union(call_of("open", "echo"), {"action": "TOOLS/CALL"})) == default_deny
 }
 
@@ -133,4 +133,63 @@ test_decision_has_exactly_the_contract_fields if {
 		is_string(d.reason)
 		object.keys(d) - {"allow", "reason", "hidden"} == set()
 	}
+}
+
+# resources and prompts
+
+content_servers := {
+	"docs": {
+		"allow": ["*"],
+		"resources": {"allow": ["file:///srv/*"], "block": ["file:///srv/secret*"]},
+		"prompts": {"allow": ["summarize"]},
+	},
+	"bare": {"allow": ["*"]},
+}
+
+read_of(server, uri) := {
+	"action": "resources/read",
+	"principal": {"id": "alice", "transport": "stdio"},
+	"server": {"name": server, "confinement": {}},
+	"resource": {"uri": uri},
+	"time": "2026-01-01T00:00:00Z",
+}
+
+prompt_input(action, server, name) := {
+	"action": action,
+	"principal": {"id": "alice", "transport": "stdio"},
+	"server": {"name": server, "confinement": {}},
+	"prompt": {"name": name, "upstream_name": name},
+	"time": "2026-01-01T00:00:00Z",
+}
+
+decide_content(inp) := d if {
+	d := warden.decision with input as inp with data.warden.servers as content_servers
+}
+
+test_read_of_exposed_resource_is_allowed if {
+	decide_content(read_of("docs", "file:///srv/readme.md")) == allowed
+}
+
+test_read_of_unexposed_resource_is_hidden if {
+	decide_content(read_of("docs", "file:///etc/passwd")) == {"allow": false, "hidden": true, "reason": "unknown resource"}
+	decide_content(read_of("docs", "file:///srv/secret.txt")).hidden
+	decide_content(read_of("bare", "file:///srv/readme.md")).hidden
+}
+
+test_resource_list_exposure_follows_the_resource_filter if {
+	decide_content(object.union(read_of("docs", "file:///srv/a"), {"action": "resources/list"})) == allowed
+	d := decide_content(object.union(read_of("bare", "file:///srv/a"), {"action": "resources/list"}))
+	d == {"allow": false, "reason": "resource \"file:///srv/a\" of server \"bare\" is not exposed by data.warden.servers"}
+}
+
+test_prompts_follow_the_prompt_filter if {
+	decide_content(prompt_input("prompts/get", "docs", "summarize")) == allowed
+	decide_content(prompt_input("prompts/list", "docs", "summarize")) == allowed
+	decide_content(prompt_input("prompts/get", "docs", "other")) == {"allow": false, "hidden": true, "reason": "unknown prompt"}
+	not decide_content(prompt_input("prompts/list", "bare", "summarize")).allow
+}
+
+test_tool_allow_list_does_not_expose_resources_or_prompts if {
+	decide_content(read_of("bare", "anything")).hidden
+	decide_content(prompt_input("prompts/get", "bare", "anything")).hidden
 }

@@ -121,3 +121,14 @@ func pathExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
+
+// Conformance returns how to run version of the official MCP conformance
+// suite (@modelcontextprotocol/conformance, which .ci/install-deps installs
+// under <repo>/.cache/conformance/<version>) under Node 22: append the
+// suite's own arguments to args.
+func Conformance(tb testing.TB, version string) (command string, args []string) {
+	tb.Helper()
+	node := Node(tb)
+	cli := ensureInstalled(tb, filepath.Join(".cache", "conformance", version, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js"))
+	return node, []string{cli}
+}

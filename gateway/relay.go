@@ -1,0 +1,208 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// callRegistry holds the downstream requests in flight on one upstream, so
+// that what the server sends while serving them — progress, log messages,
+// sampling and elicitation requests — reaches the downstream client that
+// made the request, and no other.
+type callRegistry struct {
+	mu    sync.Mutex
+	next  uint64
+	calls map[string]requestMeta // gateway progress token → downstream request
+}
+
+// begin registers a downstream request and returns the gateway-unique id
+// that stands for its progress token upstream.
+func (r *callRegistry) begin(m requestMeta) (id string, done func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.calls == nil {
+		r.calls = map[string]requestMeta{}
+	}
+	r.next++
+	id = "mcp-warden-" + strconv.FormatUint(r.next, 10)
+	r.calls[id] = m
+	return id, func() {
+		r.mu.Lock()
+		delete(r.calls, id)
+		r.mu.Unlock()
+	}
+}
+
+// progress maps the gateway's token back to the client's and forwards the
+// notification to the client's session.
+func (r *callRegistry) progress(ctx context.Context, p *mcp.ProgressNotificationParams) {
+	id, _ := p.ProgressToken.(string)
+	r.mu.Lock()
+	m, ok := r.calls[id]
+	r.mu.Unlock()
+	if !ok || m.session == nil || m.progressToken == nil {
+		return
+	}
+	q := *p
+	q.ProgressToken = m.progressToken
+	_ = m.session.NotifyProgress(m.context(ctx), &q)
+}
+
+// caller is the one downstream request a message from the server belongs
+// to. The protocol does not tie log messages and legacy server→client
+// requests to a request, so they are routed only when every request in
+// flight on this upstream comes from the same client session.
+func (r *callRegistry) caller() (requestMeta, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var found requestMeta
+	for _, m := range r.calls {
+		switch {
+		case m.session == nil:
+			return requestMeta{}, false
+		case found.session == nil:
+			found = m
+		case found.session != m.session:
+			return requestMeta{}, false
+		}
+	}
+	return found, found.session != nil
+}
+
+func (r *callRegistry) log(ctx context.Context, p *mcp.LoggingMessageParams) {
+	if m, ok := r.caller(); ok {
+		_ = m.session.Log(m.context(ctx), p)
+	}
+}
+
+var errNoCaller = errors.New("mcp-warden: no single client request in flight to relay this request to")
+
+func (r *callRegistry) createMessage(ctx context.Context, p *mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) {
+	m, ok := r.caller()
+	if !ok {
+		return nil, errNoCaller
+	}
+	return m.session.CreateMessage(m.context(ctx), p)
+}
+
+func (r *callRegistry) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
+	m, ok := r.caller()
+	if !ok {
+		return nil, errNoCaller
+	}
+	return m.session.Elicit(m.context(ctx), p)
+}
+
+// context is ctx (the upstream's request, whose cancellation must reach the
+// client) carrying the values of the downstream request's context (which
+// the SDK reads to route the message onto the right stream).
+func (m requestMeta) context(ctx context.Context) context.Context {
+	if m.ctx == nil {
+		return ctx
+	}
+	return valuesFrom{Context: ctx, values: m.ctx}
+}
+
+type valuesFrom struct {
+	context.Context
+	values context.Context
+}
+
+func (c valuesFrom) Value(key any) any {
+	if v := c.values.Value(key); v != nil {
+		return v
+	}
+	return c.Context.Value(key)
+}
+
+// inflightCounter counts forwarded requests, so that shutdown can wait for
+// them to finish.
+type inflightCounter struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed while n == 0; nil means idle
+}
+
+func (c *inflightCounter) add() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == 0 {
+		c.idle = make(chan struct{})
+	}
+	c.n++
+}
+
+func (c *inflightCounter) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n--
+	if c.n == 0 {
+		close(c.idle)
+		c.idle = nil
+	}
+}
+
+// wait returns when no request is in flight or ctx ends.
+func (c *inflightCounter) wait(ctx context.Context) {
+	c.mu.Lock()
+	idle := c.idle
+	c.mu.Unlock()
+	if idle == nil {
+		return
+	}
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
+}
+
+// relayedMethods are the notifications a countingTransport counts: those
+// relayed to the client of a request in flight.
+var relayedMethods = map[string]bool{"notifications/message": true, "notifications/progress": true}
+
+// countingTransport counts the relayed notifications read from the server,
+// in the order the server sent them, so that a request's result can wait
+// for the notifications sent before it.
+type countingTransport struct {
+	mcp.Transport
+	relayed *relayedCounter
+}
+
+func (t countingTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{Connection: c, relayed: t.relayed}, nil
+}
+
+type countingConn struct {
+	mcp.Connection
+	relayed *relayedCounter
+}
+
+func (c countingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if req, ok := msg.(*jsonrpc.Request); ok && !req.IsCall() && relayedMethods[req.Method] {
+		c.relayed.add()
+	}
+	return msg, err
+}
+
+// relayWait bounds how long a result waits for notifications to relay.
+const relayWait = time.Second
+
+// relayedCounter counts notifications read and not yet relayed.
+type relayedCounter struct{ inflightCounter }
+
+func (c *relayedCounter) wait(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, relayWait)
+	defer cancel()
+	c.inflightCounter.wait(ctx)
+}
