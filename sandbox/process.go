@@ -26,6 +26,7 @@ type Process struct {
 	pid      int              // also the process-group id (Setpgid)
 	achieved *nsinit.Achieved // what the init reported setting up
 	cgroup   *cgroup.Group    // nil without a cgroup of its own
+	stages   []nsinit.Stage   // start-up stages, when traced
 
 	done    chan struct{} // closed once reaped; exitErr is set before
 	exitErr error

@@ -98,6 +98,7 @@ func spawn(ctx context.Context, spec Spec, prof Profile, attempts []attempt) (*P
 
 	var missing []string
 	var group *cgroup.Group
+	begin := stage("begin")
 	if len(attempts) > 0 {
 		group, err = cgroup.New(cgroup.Detect(), "srv", int64(prof.Limits.MemoryMiB)<<20, prof.Limits.Processes)
 		if err != nil {
@@ -106,6 +107,7 @@ func spawn(ctx context.Context, spec Spec, prof Profile, attempts []attempt) (*P
 	}
 	for _, at := range attempts {
 		p := newProcess(spec, st)
+		p.stages = []nsinit.Stage{begin, stage("cgroup")}
 		if group != nil {
 			at.attr.UseCgroupFD, at.attr.CgroupFD = true, group.FD()
 		}

@@ -22,7 +22,7 @@ import (
 // It must run on the goroutine (locked to its thread) that then forks the
 // server: Landlock and seccomp are synchronised to every thread, but the
 // thread that forks is the one whose state the server inherits.
-func confine(c *Confine, program string, args, env []string) *Achieved {
+func confine(c *Confine, program string, args, env []string, trace *stages) *Achieved {
 	a := &Achieved{}
 	miss := func(what string, err error) {
 		a.Missing = append(a.Missing, fmt.Sprintf("%s: %v", what, err))
@@ -33,16 +33,19 @@ func confine(c *Confine, program string, args, env []string) *Achieved {
 		} else {
 			a.Mount = true
 		}
+		trace.mark("mount")
 	}
 	if c.Hostname != "" {
 		if err := unix.Sethostname([]byte(c.Hostname)); err != nil {
 			miss("uts namespace", fmt.Errorf("sethostname: %w", err))
 		}
+		trace.mark("hostname")
 	}
 	if c.LoopbackUp {
 		if err := loopbackUp(); err != nil {
 			miss("network namespace", fmt.Errorf("loopback up: %w", err))
 		}
+		trace.mark("loopback")
 	}
 	for _, r := range c.Rlimits {
 		// syscall.Setrlimit, not unix: it also updates the NOFILE value Go
@@ -51,6 +54,7 @@ func confine(c *Confine, program string, args, env []string) *Achieved {
 			miss(fmt.Sprintf("rlimit %d", r.Resource), err)
 		}
 	}
+	trace.mark("rlimits")
 	if c.Landlock {
 		ro := append(slices.Clone(c.ReadOnly), executionChain(program, args, env)...)
 		abi, err := restrictPaths(ro, c.ReadWrite, c.MinLandlockABI, !c.LoopbackUp)
@@ -59,18 +63,21 @@ func confine(c *Confine, program string, args, env []string) *Achieved {
 		} else {
 			a.Landlock = abi
 		}
+		trace.mark("landlock")
 	}
 	if err := dropBoundingSet(); err != nil {
 		miss("capabilities", err)
 	} else {
 		a.CapabilitiesDropped = true
 	}
+	trace.mark("capabilities")
 	if c.Seccomp {
 		if err := loadSeccomp(); err != nil {
 			miss("seccomp", err)
 		} else {
 			a.Seccomp = true
 		}
+		trace.mark("seccomp")
 	}
 	// Set by the seccomp filter already (and synchronised to every thread).
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {

@@ -48,6 +48,17 @@ type Request struct {
 	// Confine is the confinement to set up before starting the server;
 	// nil for a PID namespace only.
 	Confine *Confine `json:"confine,omitempty"`
+	// Trace asks for the time each start-up stage ended (Report.Stages),
+	// to profile the spawn overhead.
+	Trace bool `json:"trace,omitempty"`
+}
+
+// Stage is one traced start-up stage of the init: its name and the
+// wall-clock time (Unix nanoseconds) it ended, comparable with the parent's
+// clock.
+type Stage struct {
+	Name string `json:"name"`
+	At   int64  `json:"at"`
 }
 
 // Confine is what the init sets up, in this order: mounts, host name,
@@ -102,9 +113,11 @@ type Report struct {
 	// Achieved comes with Started when the request asked to Confine.
 	Achieved *Achieved `json:"achieved,omitempty"`
 	Failed   string    `json:"failed,omitempty"`
-	Exited   bool      `json:"exited,omitempty"`
-	Code     int       `json:"code,omitempty"`   // exit status, -1 if signalled
-	Signal   int       `json:"signal,omitempty"` // signal that ended the server
+	// Stages comes with Started when the request asked to Trace.
+	Stages []Stage `json:"stages,omitempty"`
+	Exited bool    `json:"exited,omitempty"`
+	Code   int     `json:"code,omitempty"`   // exit status, -1 if signalled
+	Signal int     `json:"signal,omitempty"` // signal that ended the server
 }
 
 // Exit statuses of the init itself when the server could not be started.
