@@ -1,6 +1,9 @@
 package sandbox
 
 import (
+	"context"
+	"net"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -37,4 +40,13 @@ func StageDurations(p *Process) (names []string, durations []time.Duration) {
 		durations = append(durations, time.Duration(p.stages[i].At-p.stages[i-1].At))
 	}
 	return names, durations
+}
+
+// SetEgressNetwork makes the egress proxy resolve and connect with resolve
+// and dial for the rest of t.
+func SetEgressNetwork(t testing.TB, resolve func(ctx context.Context, host string) ([]netip.Addr, error),
+	dial func(ctx context.Context, addr netip.AddrPort) (net.Conn, error)) {
+	prevR, prevD := egressResolve, egressDial
+	egressResolve, egressDial = resolve, dial
+	t.Cleanup(func() { egressResolve, egressDial = prevR, prevD })
 }

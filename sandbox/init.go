@@ -44,7 +44,7 @@ func stage(name string) nsinit.Stage {
 // startInit starts the sandbox init (this binary re-executed, PID 1 of the
 // namespaces in attr), hands it the request on fd 3 and waits, bounded by
 // ctx, for its first report on fd 4.
-func (p *Process) startInit(ctx context.Context, spec Spec, env []string, st *stdio, attr *syscall.SysProcAttr, confine *nsinit.Confine) error {
+func (p *Process) startInit(ctx context.Context, spec Spec, env []string, st *stdio, attr *syscall.SysProcAttr, confine *nsinit.Confine, eg *egressHandover) error {
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -64,9 +64,12 @@ func (p *Process) startInit(ctx context.Context, spec Spec, env []string, st *st
 		Stdin:       st.childIn,
 		Stdout:      st.childOut,
 		Stderr:      spec.Stderr,
-		ExtraFiles:  []*os.File{reqR, repW}, // fds 3 and 4
+		ExtraFiles:  []*os.File{reqR, repW}, // fds 3 and 4 (and 5: egress)
 		SysProcAttr: attr,
 		WaitDelay:   waitDelay,
+	}
+	if eg != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, eg.init)
 	}
 	reports := newInitReports()
 	err = p.start(cmd, func(ps *os.ProcessState) error { return p.initExitError(reports, ps) })

@@ -2,6 +2,7 @@ package nsinit
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +47,11 @@ func confine(c *Confine, program string, args, env []string, trace *stages) *Ach
 			miss("network namespace", fmt.Errorf("loopback up: %w", err))
 		}
 		trace.mark("loopback")
+	}
+	if c.EgressListen != "" {
+		if err := handOverListener(c.EgressListen); err != nil {
+			miss("egress proxy", err)
+		}
 	}
 	for _, r := range c.Rlimits {
 		// syscall.Setrlimit, not unix: it also updates the NOFILE value Go
@@ -165,6 +171,33 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// handOverListener listens on addr (ip:port, IPv4) in the init's network
+// namespace and sends the socket to the gateway on EgressFD: the gateway
+// accepts the server's proxy connections itself, so no byte of them passes
+// through the init.
+func handOverListener(addr string) error {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || !ap.Addr().Is4() {
+		return fmt.Errorf("listen address %q: not an IPv4 address and port", addr)
+	}
+	defer unix.Close(EgressFD)
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		return fmt.Errorf("bind %s: %w", addr, err)
+	}
+	if err := unix.Listen(fd, 128); err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	if err := unix.Sendmsg(EgressFD, []byte{0}, unix.UnixRights(fd), nil, 0); err != nil {
+		return fmt.Errorf("hand the listener to the gateway: %w", err)
+	}
+	return nil
 }
 
 // restrictPaths enforces Landlock with read-only and read-write path rules,

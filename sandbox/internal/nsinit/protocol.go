@@ -30,6 +30,9 @@ const (
 const (
 	RequestFD = 3 // read end: one JSON Request, then EOF
 	ReportFD  = 4 // write end: JSON Reports
+	// EgressFD is a unix socket, present when Confine.EgressListen is set:
+	// the init sends the listening egress socket over it (SCM_RIGHTS).
+	EgressFD = 5
 )
 
 // MaxRequestSize bounds what the init reads from RequestFD.
@@ -74,6 +77,10 @@ type Confine struct {
 	Hostname string `json:"hostname,omitempty"`
 	// LoopbackUp: bring lo up in the init's own network namespace.
 	LoopbackUp bool `json:"loopback_up,omitempty"`
+	// EgressListen, if set, is the loopback TCP address the init listens
+	// on in its network namespace; it hands the listening socket to the
+	// gateway's proxy over EgressFD and keeps nothing open itself.
+	EgressListen string `json:"egress_listen,omitempty"`
 	// Rlimits are set on the init and inherited by the server.
 	Rlimits []Rlimit `json:"rlimits,omitempty"`
 	// ReadOnly and ReadWrite are the Landlock rules; the server's program
