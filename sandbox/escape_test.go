@@ -205,7 +205,39 @@ func TestEscapeSuite(t *testing.T) {
 		}
 	})
 	escapeCase(t, 8, "mandatory_deny_in_allowed_dirs", func(t *testing.T) {
-		t.Skip("not adopted: a read_write directory is writable as a whole, dotfiles (.bashrc, .git/hooks, .mcp.json) included; declare narrower paths")
+		work := sharedDir(t)
+		for _, d := range []string{".git", ".git/hooks", ".vscode"} {
+			if err := os.Mkdir(filepath.Join(work, d), 0o777); err != nil {
+				t.Fatal(err)
+			}
+			_ = os.Chmod(filepath.Join(work, d), 0o777)
+		}
+		for _, f := range []string{".bashrc", ".git/config", ".mcp.json", ".vscode/tasks.json", "notes.txt"} {
+			if err := os.WriteFile(filepath.Join(work, f), []byte("orig\n"), 0o666); err != nil {
+				t.Fatal(err)
+			}
+			_ = os.Chmod(filepath.Join(work, f), 0o666) // umask
+		}
+		// File permissions would allow every attempt: only the read-only
+		// mounts refuse them.
+		out := shell(t, sandbox.Profile{ReadWrite: []string{work}}, `cd "$1" || exit
+echo x >> .bashrc 2>/dev/null && echo escaped-bashrc
+echo x > .git/hooks/pre-commit 2>/dev/null && echo escaped-hook
+echo x >> .git/config 2>/dev/null && echo escaped-git-config
+echo x > .mcp.json 2>/dev/null && echo escaped-mcp-json
+echo x > .vscode/tasks.json 2>/dev/null && echo escaped-vscode
+mv .git .git-old 2>/dev/null && echo escaped-rename-git
+mv .bashrc moved 2>/dev/null && echo escaped-rename-bashrc
+rm -f .mcp.json 2>/dev/null && echo escaped-unlink
+echo ok >> notes.txt && echo wrote-notes`, work)
+		if out != "wrote-notes\n" {
+			t.Errorf("server wrote:\n%s", out)
+		}
+		for _, f := range []string{".bashrc", ".git/config", ".mcp.json"} {
+			if b, _ := os.ReadFile(filepath.Join(work, f)); string(b) != "orig\n" {
+				t.Errorf("%s changed: %q", f, b)
+			}
+		}
 	})
 	escapeCase(t, 9, "host_unix_socket_masked", func(t *testing.T) {
 		sock := filepath.Join(os.TempDir(), fmt.Sprintf("mcpw-escape-%d.sock", os.Getpid()))

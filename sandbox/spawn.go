@@ -256,6 +256,7 @@ func confineRequest(spec Spec, prof Profile, env []string, at attempt, group *cg
 	if at.mountNS {
 		c.MaskDirs = maskedDirs
 		c.Expose = exposedPaths(spec, prof, env)
+		c.ProtectIn = prof.ReadWrite
 	} else {
 		// Without a private tmpfs, /tmp is the host's: no write access.
 		c.ReadWrite = prof.ReadWrite

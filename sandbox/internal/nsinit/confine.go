@@ -33,6 +33,9 @@ func confine(c *Confine, program string, args, env []string, trace *stages) *Ach
 			miss("mount namespace", err)
 		} else {
 			a.Mount = true
+			if err := protectSensitive(c.ProtectIn); err != nil {
+				miss("read-only sensitive files", err)
+			}
 		}
 		trace.mark("mount")
 	}
@@ -196,6 +199,63 @@ func handOverListener(addr string) error {
 	}
 	if err := unix.Sendmsg(EgressFD, []byte{0}, unix.UnixRights(fd), nil, 0); err != nil {
 		return fmt.Errorf("hand the listener to the gateway: %w", err)
+	}
+	return nil
+}
+
+// ProtectedNames are the entries of a writable directory that a server
+// could use to run code outside its sandbox later (shell start-up files, git
+// hooks and configuration, editor tasks, agent and MCP configuration):
+// when they exist they are mounted read-only in the server's view.
+var ProtectedNames = []string{
+	".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv", ".zprofile", ".zlogin",
+	".gitconfig", ".gitmodules", ".git/hooks", ".git/config", ".mcp.json", ".npmrc", ".envrc", ".ripgreprc",
+	".ssh", ".vscode", ".idea", ".claude", ".cursor",
+}
+
+// protectSensitive mounts each existing ProtectedNames entry of dirs
+// read-only over itself. A directory holding one (.git) is also made a
+// mount point of its own, so that it cannot be renamed away and replaced by
+// a fresh copy with a hook in it: rename(2) refuses mount points (EBUSY),
+// and so does unlink.
+func protectSensitive(dirs []string) error {
+	for _, dir := range dirs {
+		guarded := map[string]bool{}
+		for _, name := range ProtectedNames {
+			p := filepath.Join(dir, name)
+			// A symlink cannot be mounted over; writes through it are
+			// Landlock's to judge at its target.
+			if st, err := os.Lstat(p); err != nil || st.Mode()&os.ModeSymlink != 0 {
+				continue
+			}
+			if parent := filepath.Dir(p); parent != filepath.Clean(dir) && !guarded[parent] {
+				if err := bindMount(parent, false); err != nil {
+					return err
+				}
+				guarded[parent] = true
+			}
+			if err := bindMount(p, true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// bindMount mounts a clone of path over itself, read-only if asked.
+func bindMount(path string, readOnly bool) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return fmt.Errorf("clone %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if readOnly {
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+			return fmt.Errorf("read-only %s: %w", path, err)
+		}
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount over %s: %w", path, err)
 	}
 	return nil
 }

@@ -73,6 +73,9 @@ type Confine struct {
 	Mount    bool     `json:"mount,omitempty"`
 	MaskDirs []string `json:"mask_dirs,omitempty"`
 	Expose   []string `json:"expose,omitempty"`
+	// ProtectIn are the writable directories whose files that run code
+	// or configure tools (ProtectedNames) are mounted read-only.
+	ProtectIn []string `json:"protect_in,omitempty"`
 	// Hostname is set when the init has its own UTS namespace.
 	Hostname string `json:"hostname,omitempty"`
 	// LoopbackUp: bring lo up in the init's own network namespace.
