@@ -23,7 +23,10 @@ type Profile struct {
 	// path under a masked directory (/tmp, /var/tmp, /run, /dev/shm) is
 	// mounted back into the server's private view. Missing paths are
 	// ignored. Enforced by Landlock; file permissions still apply to the
-	// server's own unprivileged uid.
+	// server's own unprivileged uid. In each ReadWrite directory, existing
+	// top-level entries that would run code later outside the sandbox
+	// (.bashrc, .git/hooks, .git/config, .mcp.json, .vscode, …) are mounted
+	// read-only.
 	ReadOnly  []string `yaml:"read_only" json:"read_only"`
 	ReadWrite []string `yaml:"read_write" json:"read_write"`
 	// Network is NetworkNone (the default: an empty network namespace with
