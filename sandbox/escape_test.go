@@ -311,6 +311,10 @@ echo ok >> notes.txt && echo wrote-notes`, work)
 	escapeCase(t, 17, "tfo_and_mptcp_with_host_network", func(t *testing.T) {
 		l := hostListener(t, "tcp4", "127.0.0.1:0")
 		blocked(t, hostNet, []string{"tfo", l.Addr().String()}, []string{"mptcp"})
+		// network: host is the host's network: plain TCP works.
+		if out, err := probe(t, hostNet, "tcp", l.Addr().String()); out != "escaped" {
+			t.Errorf("plain TCP with network host: %q, %v", out, err)
+		}
 	})
 	escapeCase(t, 18, "raw_packet_route_vsock", func(t *testing.T) {
 		blocked(t, none, []string{"raw"}, []string{"packet"}, []string{"route"}, []string{"vsock"})

@@ -245,6 +245,7 @@ func confineRequest(spec Spec, prof Profile, env []string, at attempt, group *cg
 	c := &nsinit.Confine{
 		Mount:          at.mountNS,
 		LoopbackUp:     at.netNS,
+		DenyTCP:        !at.netNS && prof.Network == NetworkNone,
 		Landlock:       true,
 		MinLandlockABI: prof.MinLandlockABI,
 		ReadOnly:       append(slices.Clone(DefaultReadOnly), prof.ReadOnly...),

@@ -66,7 +66,7 @@ func confine(c *Confine, program string, args, env []string, trace *stages) *Ach
 	trace.mark("rlimits")
 	if c.Landlock {
 		ro := append(slices.Clone(c.ReadOnly), executionChain(program, args, env)...)
-		abi, err := restrictPaths(ro, c.ReadWrite, c.MinLandlockABI, !c.LoopbackUp)
+		abi, err := restrictPaths(ro, c.ReadWrite, c.MinLandlockABI, c.DenyTCP)
 		if err != nil {
 			miss("landlock", err)
 		} else {

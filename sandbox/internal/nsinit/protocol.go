@@ -80,6 +80,9 @@ type Confine struct {
 	Hostname string `json:"hostname,omitempty"`
 	// LoopbackUp: bring lo up in the init's own network namespace.
 	LoopbackUp bool `json:"loopback_up,omitempty"`
+	// DenyTCP: no network was asked for but there is no network namespace
+	// to give it, so Landlock refuses every TCP bind and connect instead.
+	DenyTCP bool `json:"deny_tcp,omitempty"`
 	// EgressListen, if set, is the loopback TCP address the init listens
 	// on in its network namespace; it hands the listening socket to the
 	// gateway's proxy over EgressFD and keeps nothing open itself.
