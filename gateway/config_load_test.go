@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcp-warden/mcp-warden/sandbox"
 )
 
 const configFixtures = "../testdata/config"
@@ -72,6 +74,16 @@ func TestLoadConfigValidYAML(t *testing.T) {
 			Cwd:         filepath.Join(dir, "work"),
 			CallTimeout: DefaultCallTimeout,
 			Tools:       ToolFilter{Allow: []string{"*"}},
+			Sandbox: sandbox.Profile{
+				Mode:      sandbox.ModeRequire,
+				ReadOnly:  []string{"/srv/docs"},
+				ReadWrite: []string{"/srv/work"},
+				Network:   sandbox.NetworkNone,
+				Egress: sandbox.Egress{Allow: []string{"api.github.com", "*.githubusercontent.com", "git.example.com:8443"},
+					Deny: []string{"gist.github.com"}},
+				MinLandlockABI: 3,
+				Limits:         sandbox.Limits{MemoryMiB: 512, Processes: 64, OpenFiles: 256, CPUSeconds: 60, FileSizeMiB: 100},
+			},
 		}},
 		Naming: NamingFirst,
 		Policy: PolicyConfig{Path: filepath.Join(dir, "policies"), Engine: "rego"},
@@ -160,6 +172,9 @@ func TestLoadConfigFixtureErrors(t *testing.T) {
 			`:7: naming: "alphabetical" is not a naming mode; use prefix (tools exposed as <server>__<tool>) or first (the server listed first wins a name conflict)`,
 			`:9: listeners[0]: sets both stdio and http; split it into two listeners: {stdio: true} and {http: "127.0.0.1:8080"}`,
 		},
+	}, {
+		file: "bad_egress.yaml",
+		want: []string{`:4: servers[0].sandbox.egress: "169.254.169.254": IP addresses are not allowed, name the host; see the sandbox keys in the README (Confinement)`},
 	}, {
 		file: "syntax.yaml",
 		want: []string{`:1: invalid YAML: did not find expected '-' indicator; check indentation, colons and quoting at or after this line`},

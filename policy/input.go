@@ -128,7 +128,7 @@ type Confinement struct {
 	CapabilitiesDropped bool `json:"capabilities_dropped"`
 	// Cgroup: "limits", "kill" or "" (see the README).
 	Cgroup string `json:"cgroup"`
-	// Network: "none" or "host".
+	// Network: "none", "proxy" (none plus the egress allowlist proxy) or "host".
 	Network string `json:"network"`
 	// Missing names each protection not achieved, with the kernel's reason.
 	Missing []string `json:"missing,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -105,6 +106,51 @@ func hostListener(t *testing.T, network, addr string) net.Listener {
 	return l
 }
 
+// fakeEgressNetwork makes the egress proxy resolve names with hosts and
+// connect to addresses (ip:port) as redirected by dials; it counts the
+// connections made. Every check of the proxy stays real.
+func fakeEgressNetwork(t *testing.T, hosts, dials map[string]string) *atomic.Int32 {
+	var n atomic.Int32
+	sandbox.SetEgressNetwork(t, func(ctx context.Context, host string) ([]netip.Addr, error) {
+		if a, ok := hosts[host]; ok {
+			return []netip.Addr{netip.MustParseAddr(a)}, nil
+		}
+		return nil, fmt.Errorf("no such host %s", host)
+	}, func(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
+		n.Add(1)
+		to, ok := dials[addr.String()]
+		if !ok {
+			return nil, fmt.Errorf("unreachable %s", addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", to)
+	})
+	return &n
+}
+
+// echoListener echoes every connection's bytes back; it returns its address.
+func echoListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(c, c)
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { l.Close(); <-done })
+	return l.Addr().String()
+}
+
 func TestEscapeSuite(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the suite asserts the root gateway's confinement (a distinct uid per server)")
@@ -159,7 +205,39 @@ func TestEscapeSuite(t *testing.T) {
 		}
 	})
 	escapeCase(t, 8, "mandatory_deny_in_allowed_dirs", func(t *testing.T) {
-		t.Skip("not adopted: a read_write directory is writable as a whole, dotfiles (.bashrc, .git/hooks, .mcp.json) included; declare narrower paths")
+		work := sharedDir(t)
+		for _, d := range []string{".git", ".git/hooks", ".vscode"} {
+			if err := os.Mkdir(filepath.Join(work, d), 0o777); err != nil {
+				t.Fatal(err)
+			}
+			_ = os.Chmod(filepath.Join(work, d), 0o777)
+		}
+		for _, f := range []string{".bashrc", ".git/config", ".mcp.json", ".vscode/tasks.json", "notes.txt"} {
+			if err := os.WriteFile(filepath.Join(work, f), []byte("orig\n"), 0o666); err != nil {
+				t.Fatal(err)
+			}
+			_ = os.Chmod(filepath.Join(work, f), 0o666) // umask
+		}
+		// File permissions would allow every attempt: only the read-only
+		// mounts refuse them.
+		out := shell(t, sandbox.Profile{ReadWrite: []string{work}}, `cd "$1" || exit
+echo x >> .bashrc 2>/dev/null && echo escaped-bashrc
+echo x > .git/hooks/pre-commit 2>/dev/null && echo escaped-hook
+echo x >> .git/config 2>/dev/null && echo escaped-git-config
+echo x > .mcp.json 2>/dev/null && echo escaped-mcp-json
+echo x > .vscode/tasks.json 2>/dev/null && echo escaped-vscode
+mv .git .git-old 2>/dev/null && echo escaped-rename-git
+mv .bashrc moved 2>/dev/null && echo escaped-rename-bashrc
+rm -f .mcp.json 2>/dev/null && echo escaped-unlink
+echo ok >> notes.txt && echo wrote-notes`, work)
+		if out != "wrote-notes\n" {
+			t.Errorf("server wrote:\n%s", out)
+		}
+		for _, f := range []string{".bashrc", ".git/config", ".mcp.json"} {
+			if b, _ := os.ReadFile(filepath.Join(work, f)); string(b) != "orig\n" {
+				t.Errorf("%s changed: %q", f, b)
+			}
+		}
 	})
 	escapeCase(t, 9, "host_unix_socket_masked", func(t *testing.T) {
 		sock := filepath.Join(os.TempDir(), fmt.Sprintf("mcpw-escape-%d.sock", os.Getpid()))
@@ -191,13 +269,52 @@ func TestEscapeSuite(t *testing.T) {
 	escapeCase(t, 15, "metadata_private_ipv6_loopback", func(t *testing.T) {
 		l := hostListener(t, "tcp", "[::1]:0")
 		blocked(t, none, []string{"tcp", "169.254.169.254:80"}, []string{"tcp", "10.0.0.1:80"}, []string{"tcp", l.Addr().String()})
+		// Through the egress proxy: allowed names that resolve inside.
+		dialed := fakeEgressNetwork(t, map[string]string{
+			"meta.inside.test": "169.254.169.254", "rfc1918.inside.test": "10.0.0.1", "cgnat.inside.test": "100.64.0.1",
+			"loop.inside.test": "127.0.0.1", "v6loop.inside.test": "::1", "mapped.inside.test": "::ffff:127.0.0.1",
+			"ula.inside.test": "fd00::1", "linklocal.inside.test": "fe80::1",
+		}, nil)
+		prof := sandbox.Profile{Egress: sandbox.Egress{Allow: []string{"*.inside.test"}}}
+		var attempts [][]string
+		for _, h := range []string{"meta", "rfc1918", "cgnat", "loop", "v6loop", "mapped", "ula", "linklocal"} {
+			attempts = append(attempts, []string{"proxy", h + ".inside.test:443"})
+		}
+		blocked(t, prof, append(attempts, []string{"proxy", "169.254.169.254:443"}, []string{"proxy", "[::1]:443"})...)
+		if n := dialed.Load(); n != 0 {
+			t.Errorf("the proxy connected %d times", n)
+		}
 	})
 	escapeCase(t, 16, "egress_proxy_allowlist", func(t *testing.T) {
-		t.Skip("the egress proxy is not implemented: network is none or host")
+		echo := echoListener(t)
+		public := "203.0.113.7" // stands for a public address; dialed as the echo server
+		dialed := fakeEgressNetwork(t, map[string]string{"api.allowed.test": public, "a.wild.test": public,
+			"wild.test": public, "blocked.wild.test": public, "github.com": public, "evil-github.com": public,
+			"github.com.evil.test": public}, map[string]string{public + ":443": echo})
+		prof := sandbox.Profile{Egress: sandbox.Egress{
+			Allow: []string{"api.allowed.test", "*.wild.test", "github.com"},
+			Deny:  []string{"blocked.wild.test"}}}
+		for _, ok := range []string{"api.allowed.test:443", "a.wild.test:443", "github.com:443"} {
+			if out, err := probe(t, prof, "proxy", ok); out != "escaped" {
+				t.Errorf("allowed %s: %q, %v", ok, out, err)
+			}
+		}
+		blocked(t, prof, []string{"proxy", "wild.test:443"}, []string{"proxy", "blocked.wild.test:443"},
+			[]string{"proxy", "evil-github.com:443"}, []string{"proxy", "github.com.evil.test:443"},
+			[]string{"proxy", "api.allowed.test:80"}, []string{"proxy", public + ":443"}, []string{"proxy", "unlisted.test:443"})
+		if n := dialed.Load(); n != 3 {
+			t.Errorf("the proxy connected %d times, want 3 (the allowed hosts)", n)
+		}
+		// Around the proxy: no route.
+		blocked(t, prof, []string{"tcp", echo}, []string{"dns", "api.allowed.test"})
 	})
 	escapeCase(t, 17, "tfo_and_mptcp_with_host_network", func(t *testing.T) {
 		l := hostListener(t, "tcp4", "127.0.0.1:0")
 		blocked(t, hostNet, []string{"tfo", l.Addr().String()}, []string{"mptcp"})
+		// network: host is the host's network: plain TCP works.
+		if out, err := probe(t, hostNet, "tcp", l.Addr().String()); out != "escaped" {
+			t.Errorf("plain TCP with network host: %q, %v", out, err)
+		}
 	})
 	escapeCase(t, 18, "raw_packet_route_vsock", func(t *testing.T) {
 		blocked(t, none, []string{"raw"}, []string{"packet"}, []string{"route"}, []string{"vsock"})

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/mcp-warden/mcp-warden/sandbox/internal/nsinit"
 )
@@ -32,10 +33,18 @@ func Init() {
 	initCalled.Store(true)
 }
 
+// traceStages makes Spawn ask the init for the time of each start-up stage
+// (Process.stages), to profile the spawn overhead (BenchmarkSpawnToReady).
+var traceStages atomic.Bool
+
+func stage(name string) nsinit.Stage {
+	return nsinit.Stage{Name: name, At: time.Now().UnixNano()}
+}
+
 // startInit starts the sandbox init (this binary re-executed, PID 1 of the
 // namespaces in attr), hands it the request on fd 3 and waits, bounded by
 // ctx, for its first report on fd 4.
-func (p *Process) startInit(ctx context.Context, spec Spec, env []string, st *stdio, attr *syscall.SysProcAttr, confine *nsinit.Confine) error {
+func (p *Process) startInit(ctx context.Context, spec Spec, env []string, st *stdio, attr *syscall.SysProcAttr, confine *nsinit.Confine, eg *egressHandover) error {
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -55,12 +64,16 @@ func (p *Process) startInit(ctx context.Context, spec Spec, env []string, st *st
 		Stdin:       st.childIn,
 		Stdout:      st.childOut,
 		Stderr:      spec.Stderr,
-		ExtraFiles:  []*os.File{reqR, repW}, // fds 3 and 4
+		ExtraFiles:  []*os.File{reqR, repW}, // fds 3 and 4 (and 5: egress)
 		SysProcAttr: attr,
 		WaitDelay:   waitDelay,
 	}
+	if eg != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, eg.init)
+	}
 	reports := newInitReports()
 	err = p.start(cmd, func(ps *os.ProcessState) error { return p.initExitError(reports, ps) })
+	p.stages = append(p.stages, stage("fork"))
 	reqR.Close()
 	repW.Close()
 	if err != nil {
@@ -81,6 +94,7 @@ func (p *Process) startInit(ctx context.Context, spec Spec, env []string, st *st
 			Dir:     spec.Dir,
 			Grace:   p.grace,
 			Confine: confine,
+			Trace:   traceStages.Load(),
 		})
 		reqW.Close()
 		wrote <- err // the init reads to EOF before it reports, or dies (EPIPE)
@@ -96,6 +110,7 @@ func (p *Process) startInit(ctx context.Context, spec Spec, env []string, st *st
 	werr := <-wrote
 	if first.Started {
 		p.achieved = first.Achieved
+		p.stages = append(append(p.stages, first.Stages...), stage("started"))
 		return nil
 	}
 	<-p.done

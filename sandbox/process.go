@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcp-warden/mcp-warden/sandbox/internal/cgroup"
+	"github.com/mcp-warden/mcp-warden/sandbox/internal/egress"
 	"github.com/mcp-warden/mcp-warden/sandbox/internal/nsinit"
 )
 
@@ -26,6 +27,8 @@ type Process struct {
 	pid      int              // also the process-group id (Setpgid)
 	achieved *nsinit.Achieved // what the init reported setting up
 	cgroup   *cgroup.Group    // nil without a cgroup of its own
+	stages   []nsinit.Stage   // start-up stages, when traced
+	egress   *egress.Proxy    // the server's egress proxy, if any
 
 	done    chan struct{} // closed once reaped; exitErr is set before
 	exitErr error
@@ -109,6 +112,9 @@ func (p *Process) stop() error {
 		}
 	}
 	<-p.done
+	if p.egress != nil {
+		keep(p.egress.Close())
+	}
 	// Without a PID namespace, members of the group can outlive its leader;
 	// the group id stays reserved while any of them lives, so this reaches
 	// exactly them.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/mcp-warden/mcp-warden/sandbox/internal/egress"
 )
 
 // Profile is the confinement asked for one server. The zero Profile is the
@@ -21,12 +23,18 @@ type Profile struct {
 	// path under a masked directory (/tmp, /var/tmp, /run, /dev/shm) is
 	// mounted back into the server's private view. Missing paths are
 	// ignored. Enforced by Landlock; file permissions still apply to the
-	// server's own unprivileged uid.
+	// server's own unprivileged uid. In each ReadWrite directory, existing
+	// top-level entries that would run code later outside the sandbox
+	// (.bashrc, .git/hooks, .git/config, .mcp.json, .vscode, …) are mounted
+	// read-only.
 	ReadOnly  []string `yaml:"read_only" json:"read_only"`
 	ReadWrite []string `yaml:"read_write" json:"read_write"`
 	// Network is NetworkNone (the default: an empty network namespace with
 	// only loopback) or NetworkHost (the gateway's network, unconfined).
 	Network Network `yaml:"network" json:"network"`
+	// Egress lets a server with network none reach the listed host names
+	// through the gateway's HTTPS proxy (see Egress).
+	Egress Egress `yaml:"egress" json:"egress"`
 	// MinLandlockABI is the lowest Landlock ABI version accepted as
 	// filesystem confinement (0 = 1). Below it, Landlock counts as missing.
 	MinLandlockABI int `yaml:"min_landlock_abi" json:"min_landlock_abi"`
@@ -44,6 +52,29 @@ const (
 	// confined (Confinement.Level "strong").
 	ModeRequire Mode = "require"
 )
+
+// Egress is an allowlist of host names for a server's outgoing HTTPS. When
+// Allow is not empty, the server (in its empty network namespace) finds an
+// HTTP CONNECT proxy at 127.0.0.1:3128, named in HTTPS_PROXY and
+// HTTP_PROXY; the gateway behind it connects only to allowed names, by name
+// (IP literals are refused), on port 443 unless an entry names another, and
+// never to an address a name resolves to inside the host's networks
+// (loopback, RFC 1918, link-local and metadata, CGNAT, IPv6 equivalents).
+type Egress struct {
+	// Allow entries are "host", "*.domain" (subdomains only, not domain
+	// itself) or either with ":port".
+	Allow []string `yaml:"allow" json:"allow"`
+	// Deny entries have the same form and win over Allow; without a port
+	// they deny every port.
+	Deny []string `yaml:"deny" json:"deny"`
+}
+
+// NetworkProxy is Confinement.Network for a server with network none and a
+// running egress proxy.
+const NetworkProxy = "proxy"
+
+// EgressProxyAddr is where a server with an egress allowlist finds the proxy.
+const EgressProxyAddr = "127.0.0.1:3128"
 
 // Network says what network a server sees.
 type Network string
@@ -140,6 +171,12 @@ func (p Profile) Validate() error {
 	case "", NetworkNone, NetworkHost:
 	default:
 		return &ProfileError{"network", fmt.Sprintf("%q is not a network (use none or host)", p.Network)}
+	}
+	if _, err := egress.ParseRules(p.Egress.Allow, p.Egress.Deny); err != nil {
+		return &ProfileError{"egress", err.Error()}
+	}
+	if len(p.Egress.Allow) > 0 && p.Network == NetworkHost {
+		return &ProfileError{"egress", "an allowlist needs network none (host already reaches everything)"}
 	}
 	for key, paths := range map[string][]string{"read_only": p.ReadOnly, "read_write": p.ReadWrite} {
 		for _, path := range paths {

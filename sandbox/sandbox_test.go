@@ -439,6 +439,47 @@ func TestParentKilled(t *testing.T) { testParentKilled(t) }
 
 func testParentKilled(t *testing.T) {
 	key, value := testenv.Marker(t)
+	killParent(t, key, value)
+}
+
+// Twenty times over: a gateway spawns a tree with a setsid escapee and is
+// SIGKILLed; each time nothing of the tree remains, and every cgroup the
+// dead gateways left is empty.
+func TestNoLeakAfterRepeatedParentSIGKILL(t *testing.T) {
+	key, value := testenv.Marker(t)
+	var parents []int
+	for range 20 {
+		parents = append(parents, killParent(t, key, value))
+		if t.Failed() || t.Skipped() {
+			return
+		}
+	}
+	testenv.RequireNoProcess(t, key, value)
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, path, _ := strings.Cut(strings.TrimSpace(string(own)), "0::")
+	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		for _, pid := range parents {
+			dir := filepath.Join(root, path, fmt.Sprintf("mcp-warden-%d", pid))
+			events, _ := filepath.Glob(filepath.Join(dir, "*", "cgroup.events"))
+			for _, e := range events {
+				if b, _ := os.ReadFile(e); !strings.Contains(string(b), "populated 0") {
+					t.Errorf("%s: %s", e, b)
+				}
+				_ = os.Remove(filepath.Dir(e))
+			}
+			_ = os.Remove(dir)
+		}
+	}
+}
+
+// killParent starts a gateway (this binary in the "parent" role) that
+// spawns a tree marked key=value, SIGKILLs it once the tree runs, proves the
+// tree gone and returns the gateway's pid.
+func killParent(t *testing.T, key, value string) int {
+	t.Helper()
 	parent := exec.Command(os.Args[0], "-test.run=^$")
 	parent.Env = append(os.Environ(), roleEnv+"=parent", key+"="+value)
 	parent.Stderr = os.Stderr
@@ -480,6 +521,7 @@ func testParentKilled(t *testing.T) {
 	_ = parent.Wait()
 	testenv.RequireGone(t, pids...)
 	testenv.RequireNoProcess(t, key, value)
+	return parent.Process.Pid
 }
 
 // Servers started at the same time do not inherit each other's pipes: each

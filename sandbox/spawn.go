@@ -87,6 +87,10 @@ func spawn(ctx context.Context, spec Spec, prof Profile, attempts []attempt) (*P
 	if err != nil {
 		return nil, err
 	}
+	wantEgress := len(prof.Egress.Allow) > 0
+	if wantEgress {
+		env = withProxyVariables(env)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -98,6 +102,7 @@ func spawn(ctx context.Context, spec Spec, prof Profile, attempts []attempt) (*P
 
 	var missing []string
 	var group *cgroup.Group
+	begin := stage("begin")
 	if len(attempts) > 0 {
 		group, err = cgroup.New(cgroup.Detect(), "srv", int64(prof.Limits.MemoryMiB)<<20, prof.Limits.Processes)
 		if err != nil {
@@ -106,15 +111,36 @@ func spawn(ctx context.Context, spec Spec, prof Profile, attempts []attempt) (*P
 	}
 	for _, at := range attempts {
 		p := newProcess(spec, st)
+		p.stages = []nsinit.Stage{begin, stage("cgroup")}
 		if group != nil {
 			at.attr.UseCgroupFD, at.attr.CgroupFD = true, group.FD()
 		}
-		err := p.startInit(ctx, spec, env, st, at.attr, confineRequest(spec, prof, env, at, group))
+		var eg *egressHandover
+		confine := confineRequest(spec, prof, env, at, group)
+		if wantEgress && at.netNS {
+			if eg, err = newEgressHandover(); err != nil {
+				st.closeParentEnds()
+				closeGroup(group)
+				return nil, err
+			}
+			confine.EgressListen = EgressProxyAddr
+		}
+		err := p.startInit(ctx, spec, env, st, at.attr, confine, eg)
 		if err == nil {
 			p.cgroup = group
-			p.confinement = achievedConfinement(prof, at, group, p.achieved, missing)
+			missing := missing
+			if eg != nil {
+				if p.egress, err = eg.startProxy(prof); err != nil {
+					missing = append(missing, err.Error())
+				}
+			} else if wantEgress {
+				missing = append(missing, "egress proxy: no network namespace")
+			}
+			eg.Close()
+			p.confinement = achievedConfinement(prof, at, group, p.achieved, p.egress != nil, missing)
 			return p, nil
 		}
+		eg.Close()
 		if !errors.Is(err, errNoNamespace) {
 			st.closeParentEnds()
 			closeGroup(group)
@@ -128,7 +154,7 @@ func spawn(ctx context.Context, spec Spec, prof Profile, attempts []attempt) (*P
 		st.closeParentEnds()
 		return nil, err
 	}
-	p.confinement = achievedConfinement(prof, attempt{}, nil, nil, append(missing, "sandbox init: not used (Init not called or no namespace)"))
+	p.confinement = achievedConfinement(prof, attempt{}, nil, nil, false, append(missing, "sandbox init: not used (Init not called or no namespace)"))
 	return p, nil
 }
 
@@ -219,6 +245,7 @@ func confineRequest(spec Spec, prof Profile, env []string, at attempt, group *cg
 	c := &nsinit.Confine{
 		Mount:          at.mountNS,
 		LoopbackUp:     at.netNS,
+		DenyTCP:        !at.netNS && prof.Network == NetworkNone,
 		Landlock:       true,
 		MinLandlockABI: prof.MinLandlockABI,
 		ReadOnly:       append(slices.Clone(DefaultReadOnly), prof.ReadOnly...),
@@ -230,6 +257,7 @@ func confineRequest(spec Spec, prof Profile, env []string, at attempt, group *cg
 	if at.mountNS {
 		c.MaskDirs = maskedDirs
 		c.Expose = exposedPaths(spec, prof, env)
+		c.ProtectIn = prof.ReadWrite
 	} else {
 		// Without a private tmpfs, /tmp is the host's: no write access.
 		c.ReadWrite = prof.ReadWrite
@@ -290,12 +318,15 @@ func hostname(name string) string {
 }
 
 // achievedConfinement sums up what one start achieved.
-func achievedConfinement(prof Profile, at attempt, group *cgroup.Group, a *nsinit.Achieved, missing []string) Confinement {
+func achievedConfinement(prof Profile, at attempt, group *cgroup.Group, a *nsinit.Achieved, proxy bool, missing []string) Confinement {
 	c := Confinement{ProcessGroup: true, ParentDeathSignal: true, PIDNamespace: at.attr != nil,
 		UserNamespace: at.userNS, NetworkNamespace: at.netNS, IPCNamespace: at.ipcNS, UTSNamespace: at.ipcNS,
 		Network: string(NetworkHost)}
 	if at.netNS {
 		c.Network = string(NetworkNone)
+		if proxy {
+			c.Network = NetworkProxy
+		}
 	}
 	if a != nil {
 		c.MountNamespace = at.mountNS && a.Mount
@@ -315,7 +346,7 @@ func achievedConfinement(prof Profile, at attempt, group *cgroup.Group, a *nsini
 		missing = append(missing, "mount namespace: not set up")
 	}
 	strong := c.PIDNamespace && c.UserNamespace && c.MountNamespace && c.IPCNamespace && c.UTSNamespace &&
-		(c.NetworkNamespace || prof.Network == NetworkHost) &&
+		(c.NetworkNamespace || prof.Network == NetworkHost) && (len(prof.Egress.Allow) == 0 || proxy) &&
 		c.Landlock >= prof.MinLandlockABI && c.Seccomp && c.NoNewPrivs && c.CapabilitiesDropped
 	switch {
 	case strong:

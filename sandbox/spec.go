@@ -83,7 +83,8 @@ type Confinement struct {
 	// cgroup.kill), "kill" (own cgroup, cgroup.kill only; limits by rlimit)
 	// or "" (no cgroup; limits by rlimit).
 	Cgroup string
-	// Network is the network the server sees: "none" or "host".
+	// Network is the network the server sees: "none", "proxy" (none, plus
+	// the egress proxy for Profile.Egress) or "host".
 	Network string
 	// Level sums it up: "strong" (every namespace, Landlock at or above the
 	// floor, seccomp, no_new_privs, no capabilities), "partial" (some) or

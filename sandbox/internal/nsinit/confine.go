@@ -2,6 +2,7 @@ package nsinit
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,7 +23,7 @@ import (
 // It must run on the goroutine (locked to its thread) that then forks the
 // server: Landlock and seccomp are synchronised to every thread, but the
 // thread that forks is the one whose state the server inherits.
-func confine(c *Confine, program string, args, env []string) *Achieved {
+func confine(c *Confine, program string, args, env []string, trace *stages) *Achieved {
 	a := &Achieved{}
 	miss := func(what string, err error) {
 		a.Missing = append(a.Missing, fmt.Sprintf("%s: %v", what, err))
@@ -32,16 +33,27 @@ func confine(c *Confine, program string, args, env []string) *Achieved {
 			miss("mount namespace", err)
 		} else {
 			a.Mount = true
+			if err := protectSensitive(c.ProtectIn); err != nil {
+				miss("read-only sensitive files", err)
+			}
 		}
+		trace.mark("mount")
 	}
 	if c.Hostname != "" {
 		if err := unix.Sethostname([]byte(c.Hostname)); err != nil {
 			miss("uts namespace", fmt.Errorf("sethostname: %w", err))
 		}
+		trace.mark("hostname")
 	}
 	if c.LoopbackUp {
 		if err := loopbackUp(); err != nil {
 			miss("network namespace", fmt.Errorf("loopback up: %w", err))
+		}
+		trace.mark("loopback")
+	}
+	if c.EgressListen != "" {
+		if err := handOverListener(c.EgressListen); err != nil {
+			miss("egress proxy", err)
 		}
 	}
 	for _, r := range c.Rlimits {
@@ -51,26 +63,30 @@ func confine(c *Confine, program string, args, env []string) *Achieved {
 			miss(fmt.Sprintf("rlimit %d", r.Resource), err)
 		}
 	}
+	trace.mark("rlimits")
 	if c.Landlock {
 		ro := append(slices.Clone(c.ReadOnly), executionChain(program, args, env)...)
-		abi, err := restrictPaths(ro, c.ReadWrite, c.MinLandlockABI, !c.LoopbackUp)
+		abi, err := restrictPaths(ro, c.ReadWrite, c.MinLandlockABI, c.DenyTCP)
 		if err != nil {
 			miss("landlock", err)
 		} else {
 			a.Landlock = abi
 		}
+		trace.mark("landlock")
 	}
 	if err := dropBoundingSet(); err != nil {
 		miss("capabilities", err)
 	} else {
 		a.CapabilitiesDropped = true
 	}
+	trace.mark("capabilities")
 	if c.Seccomp {
 		if err := loadSeccomp(); err != nil {
 			miss("seccomp", err)
 		} else {
 			a.Seccomp = true
 		}
+		trace.mark("seccomp")
 	}
 	// Set by the seccomp filter already (and synchronised to every thread).
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
@@ -158,6 +174,90 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// handOverListener listens on addr (ip:port, IPv4) in the init's network
+// namespace and sends the socket to the gateway on EgressFD: the gateway
+// accepts the server's proxy connections itself, so no byte of them passes
+// through the init.
+func handOverListener(addr string) error {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || !ap.Addr().Is4() {
+		return fmt.Errorf("listen address %q: not an IPv4 address and port", addr)
+	}
+	defer unix.Close(EgressFD)
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		return fmt.Errorf("bind %s: %w", addr, err)
+	}
+	if err := unix.Listen(fd, 128); err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	if err := unix.Sendmsg(EgressFD, []byte{0}, unix.UnixRights(fd), nil, 0); err != nil {
+		return fmt.Errorf("hand the listener to the gateway: %w", err)
+	}
+	return nil
+}
+
+// ProtectedNames are the entries of a writable directory that a server
+// could use to run code outside its sandbox later (shell start-up files, git
+// hooks and configuration, editor tasks, agent and MCP configuration):
+// when they exist they are mounted read-only in the server's view.
+var ProtectedNames = []string{
+	".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv", ".zprofile", ".zlogin",
+	".gitconfig", ".gitmodules", ".git/hooks", ".git/config", ".mcp.json", ".npmrc", ".envrc", ".ripgreprc",
+	".ssh", ".vscode", ".idea", ".claude", ".cursor",
+}
+
+// protectSensitive mounts each existing ProtectedNames entry of dirs
+// read-only over itself. A directory holding one (.git) is also made a
+// mount point of its own, so that it cannot be renamed away and replaced by
+// a fresh copy with a hook in it: rename(2) refuses mount points (EBUSY),
+// and so does unlink.
+func protectSensitive(dirs []string) error {
+	for _, dir := range dirs {
+		guarded := map[string]bool{}
+		for _, name := range ProtectedNames {
+			p := filepath.Join(dir, name)
+			// A symlink cannot be mounted over; writes through it are
+			// Landlock's to judge at its target.
+			if st, err := os.Lstat(p); err != nil || st.Mode()&os.ModeSymlink != 0 {
+				continue
+			}
+			if parent := filepath.Dir(p); parent != filepath.Clean(dir) && !guarded[parent] {
+				if err := bindMount(parent, false); err != nil {
+					return err
+				}
+				guarded[parent] = true
+			}
+			if err := bindMount(p, true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// bindMount mounts a clone of path over itself, read-only if asked.
+func bindMount(path string, readOnly bool) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return fmt.Errorf("clone %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if readOnly {
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+			return fmt.Errorf("read-only %s: %w", path, err)
+		}
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount over %s: %w", path, err)
+	}
+	return nil
 }
 
 // restrictPaths enforces Landlock with read-only and read-write path rules,

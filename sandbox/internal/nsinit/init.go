@@ -23,11 +23,14 @@ func Main() {
 	// Confinement is per thread: the thread that sets it up must be the one
 	// that forks the server, so the main goroutine keeps this thread.
 	runtime.LockOSThread()
+	var trace stages
+	trace.mark("runtime") // the Go runtime and every package init of this binary
 	report := os.NewFile(ReportFD, "report")
 	req, err := readRequest()
 	if err != nil {
 		fail(report, ExitInitFailed, fmt.Sprintf("sandbox init: read request: %v", err))
 	}
+	trace.mark("request")
 	CloseInheritedOnExec()
 
 	// Subscribe before starting the server so that no SIGCHLD or stop signal
@@ -42,7 +45,7 @@ func Main() {
 	attr := &syscall.ProcAttr{Dir: req.Dir, Env: req.Env, Files: []uintptr{0, 1, 2}}
 	var achieved *Achieved
 	if c := req.Confine; c != nil {
-		achieved = confine(c, path, req.Args, req.Env)
+		achieved = confine(c, path, req.Args, req.Env, &trace)
 		if c.UID >= 0 {
 			// From uid 0 to another, the kernel clears the server's
 			// capabilities; setgroups is denied in the namespace.
@@ -56,8 +59,13 @@ func Main() {
 	if err != nil {
 		fail(report, ExitCannotStart, fmt.Sprintf("command %q: exec %s: %v", req.Command, path, err))
 	}
+	trace.mark("exec")
 	releaseStdio()
-	send(report, Report{Started: true, Pid: pid, Achieved: achieved})
+	started := Report{Started: true, Pid: pid, Achieved: achieved}
+	if req.Trace {
+		started.Stages = trace
+	}
+	send(report, started)
 
 	var (
 		server   unix.WaitStatus
@@ -95,6 +103,13 @@ func Main() {
 		}
 		finish(report, server)
 	}
+}
+
+// stages records when each start-up stage ended.
+type stages []Stage
+
+func (s *stages) mark(name string) {
+	*s = append(*s, Stage{Name: name, At: time.Now().UnixNano()})
 }
 
 // finish reports the server's status and exits with it (128+signal if it

@@ -30,6 +30,9 @@ const (
 const (
 	RequestFD = 3 // read end: one JSON Request, then EOF
 	ReportFD  = 4 // write end: JSON Reports
+	// EgressFD is a unix socket, present when Confine.EgressListen is set:
+	// the init sends the listening egress socket over it (SCM_RIGHTS).
+	EgressFD = 5
 )
 
 // MaxRequestSize bounds what the init reads from RequestFD.
@@ -48,6 +51,17 @@ type Request struct {
 	// Confine is the confinement to set up before starting the server;
 	// nil for a PID namespace only.
 	Confine *Confine `json:"confine,omitempty"`
+	// Trace asks for the time each start-up stage ended (Report.Stages),
+	// to profile the spawn overhead.
+	Trace bool `json:"trace,omitempty"`
+}
+
+// Stage is one traced start-up stage of the init: its name and the
+// wall-clock time (Unix nanoseconds) it ended, comparable with the parent's
+// clock.
+type Stage struct {
+	Name string `json:"name"`
+	At   int64  `json:"at"`
 }
 
 // Confine is what the init sets up, in this order: mounts, host name,
@@ -59,10 +73,20 @@ type Confine struct {
 	Mount    bool     `json:"mount,omitempty"`
 	MaskDirs []string `json:"mask_dirs,omitempty"`
 	Expose   []string `json:"expose,omitempty"`
+	// ProtectIn are the writable directories whose files that run code
+	// or configure tools (ProtectedNames) are mounted read-only.
+	ProtectIn []string `json:"protect_in,omitempty"`
 	// Hostname is set when the init has its own UTS namespace.
 	Hostname string `json:"hostname,omitempty"`
 	// LoopbackUp: bring lo up in the init's own network namespace.
 	LoopbackUp bool `json:"loopback_up,omitempty"`
+	// DenyTCP: no network was asked for but there is no network namespace
+	// to give it, so Landlock refuses every TCP bind and connect instead.
+	DenyTCP bool `json:"deny_tcp,omitempty"`
+	// EgressListen, if set, is the loopback TCP address the init listens
+	// on in its network namespace; it hands the listening socket to the
+	// gateway's proxy over EgressFD and keeps nothing open itself.
+	EgressListen string `json:"egress_listen,omitempty"`
 	// Rlimits are set on the init and inherited by the server.
 	Rlimits []Rlimit `json:"rlimits,omitempty"`
 	// ReadOnly and ReadWrite are the Landlock rules; the server's program
@@ -102,9 +126,11 @@ type Report struct {
 	// Achieved comes with Started when the request asked to Confine.
 	Achieved *Achieved `json:"achieved,omitempty"`
 	Failed   string    `json:"failed,omitempty"`
-	Exited   bool      `json:"exited,omitempty"`
-	Code     int       `json:"code,omitempty"`   // exit status, -1 if signalled
-	Signal   int       `json:"signal,omitempty"` // signal that ended the server
+	// Stages comes with Started when the request asked to Trace.
+	Stages []Stage `json:"stages,omitempty"`
+	Exited bool    `json:"exited,omitempty"`
+	Code   int     `json:"code,omitempty"`   // exit status, -1 if signalled
+	Signal int     `json:"signal,omitempty"` // signal that ended the server
 }
 
 // Exit statuses of the init itself when the server could not be started.

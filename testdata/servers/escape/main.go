@@ -5,10 +5,15 @@
 package main
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -98,6 +103,8 @@ func attempt(name, arg string) error {
 			c.Close()
 		}
 		return err
+	case "proxy": // CONNECT arg (host:port) through $HTTPS_PROXY, then echo a line
+		return viaProxy(arg)
 	case "dns":
 		addrs, err := net.LookupHost(arg)
 		if err == nil && len(addrs) == 0 {
@@ -241,4 +248,35 @@ func signalIgnore(sig unix.Signal) {
 	var act [4]uintptr
 	act[0] = 1 // SIG_IGN
 	_, _, _ = unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act[0])), 0, 8, 0, 0)
+}
+
+// viaProxy asks the proxy named in HTTPS_PROXY for a tunnel to target and,
+// once it is open, sends a line and expects it echoed.
+func viaProxy(target string) error {
+	proxy := strings.TrimPrefix(os.Getenv("HTTPS_PROXY"), "http://")
+	if proxy == "" {
+		return errors.New("no HTTPS_PROXY")
+	}
+	c, err := net.DialTimeout("tcp", proxy, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(15 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	fmt.Fprintf(c, "ping\n")
+	line, err := br.ReadString('\n')
+	if err != nil || line != "ping\n" {
+		return fmt.Errorf("tunnel open but no echo: %q, %v", line, err)
+	}
+	return nil
 }
