@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mcp-warden/mcp-warden/policy"
 )
 
 // This file holds ConfigError, the defaults and the one place a Config is
@@ -88,7 +90,7 @@ func joinConfigErrors(errs []*ConfigError) error {
 // the zero values. It modifies c.
 func (c *Config) SetDefaults() {
 	c.Naming = cmp.Or(c.Naming, NamingPrefix)
-	c.Policy.Engine = cmp.Or(c.Policy.Engine, "rego")
+	c.Policy.Engine = cmp.Or(c.Policy.Engine, policy.EngineRego)
 	c.Principal.ID = cmp.Or(c.Principal.ID, DefaultPrincipalID)
 	for i := range c.Servers {
 		c.Servers[i].CallTimeout = cmp.Or(c.Servers[i].CallTimeout, DefaultCallTimeout)
@@ -179,8 +181,9 @@ func (c *Config) validate() []*ConfigError {
 		bad("naming", fmt.Sprintf("%q is not a naming mode", c.Naming),
 			"use prefix (tools exposed as <server>__<tool>) or first (the server listed first wins a name conflict)")
 	}
-	if c.Policy.Engine != "" && c.Policy.Engine != "rego" {
-		bad("policy.engine", fmt.Sprintf("%q is not a policy engine", c.Policy.Engine), "use rego, or leave it out")
+	if c.Policy.Engine != "" && c.Policy.Engine != policy.EngineRego && c.Policy.Engine != policy.EngineWasm {
+		bad("policy.engine", fmt.Sprintf("%q is not a policy engine", c.Policy.Engine),
+			"use rego (OPA's evaluator, the default) or wasm (the policy compiled to WebAssembly)")
 	}
 
 	firstStdio := -1

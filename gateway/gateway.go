@@ -38,6 +38,7 @@ type Gateway struct {
 	cfg     *Config
 	logger  *slog.Logger
 	decider *policy.Decider
+	engine  policy.Engine
 	declog  *policy.DecisionLog
 	envs    map[string]map[string]string // server name → environment
 	envErrs map[string]error             // server name → why its environment could not be built
@@ -109,17 +110,11 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		secrets = append(secrets, values...)
 	}
 
-	p := o.policy
-	if p == nil {
-		var err error
-		if p, err = loadPolicy(cfg.Policy); err != nil {
-			return nil, err
-		}
-	}
-	engine, err := policy.NewRegoEngine(context.Background(), p, PolicyData(cfg))
+	engine, err := newEngine(context.Background(), cfg, o.policy)
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, err
 	}
+	g.engine = engine
 
 	logOpts := policy.DecisionLogOptions{
 		Labels:   map[string]string{"id": instanceID(), "version": Version, "type": "mcp-warden"},
@@ -131,6 +126,9 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		g.declog = policy.NewDecisionLog(o.logWriter, logOpts)
 	case cfg.DecisionLog.Path != "":
 		if g.declog, err = policy.OpenDecisionLog(cfg.DecisionLog.Path, logOpts); err != nil {
+			if c, ok := engine.(io.Closer); ok {
+				_ = c.Close()
+			}
 			return nil, err
 		}
 	default:
@@ -148,6 +146,52 @@ func (c *Config) withDefaults() *Config {
 	d.Listeners = append([]ListenerConfig(nil), c.Listeners...)
 	d.SetDefaults()
 	return &d
+}
+
+// newEngine prepares the configured engine on p, else on the configured
+// policy, else on the embedded default. With the wasm engine, a configured
+// path holding policy.wasm is run as built; Rego source is compiled first.
+func newEngine(ctx context.Context, cfg *Config, p *rego.Policy) (policy.Engine, error) {
+	data := PolicyData(cfg)
+	if cfg.Policy.Engine == policy.EngineWasm {
+		wp, err := loadWasmPolicy(ctx, cfg.Policy, p)
+		if err != nil {
+			return nil, fmt.Errorf("policy: %w", err)
+		}
+		engine, err := policy.NewWasmEngine(ctx, wp, data, policy.WasmOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("policy: %w", err)
+		}
+		return engine, nil
+	}
+	if p == nil {
+		var err error
+		if p, err = loadPolicy(cfg.Policy); err != nil {
+			return nil, err
+		}
+	}
+	engine, err := policy.NewRegoEngine(ctx, p, data)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return engine, nil
+}
+
+// loadWasmPolicy returns p, or the configured policy, as Wasm.
+func loadWasmPolicy(ctx context.Context, pc PolicyConfig, p *rego.Policy) (*rego.WasmPolicy, error) {
+	if p == nil && pc.Path != "" {
+		wp, err := rego.LoadWasm(pc.Path)
+		if !errors.Is(err, rego.ErrNoWasmModule) {
+			return wp, err
+		}
+	}
+	if p == nil {
+		var err error
+		if p, err = loadPolicy(pc); err != nil {
+			return nil, err
+		}
+	}
+	return policy.CompileWasm(ctx, p)
 }
 
 // loadPolicy loads the configured policy, or the embedded default.
@@ -368,7 +412,11 @@ func (g *Gateway) Close() error {
 	g.closed = true
 	err := g.closeUpstreamsLocked()
 	g.mu.Unlock()
-	return errors.Join(err, g.declog.Close())
+	err = errors.Join(err, g.declog.Close())
+	if c, ok := g.engine.(io.Closer); ok {
+		err = errors.Join(err, c.Close())
+	}
+	return err
 }
 
 func (g *Gateway) closeUpstreamsLocked() error {

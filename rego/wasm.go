@@ -17,6 +17,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/compile"
 	"github.com/open-policy-agent/opa/v1/loader"
+	"github.com/open-policy-agent/opa/v1/util"
 )
 
 // WasmPolicy is a policy compiled to WebAssembly for OPA's Wasm ABI: the
@@ -143,4 +144,20 @@ func LoadWasm(path string) (*WasmPolicy, error) {
 	h.Write(data.Bytes())
 	wp.Revision = hex.EncodeToString(h.Sum(nil))
 	return wp, nil
+}
+
+// DataJSON returns the policy's base data with data merged in at the root
+// (as Prepare merges it), encoded as the JSON document a Wasm evaluation
+// is given.
+func (wp *WasmPolicy) DataJSON(data map[string]any) ([]byte, error) {
+	var extra any = data
+	if err := util.RoundTrip(&extra); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	extraData, _ := extra.(map[string]any)
+	merged, err := mergeData(wp.Data, extraData)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w (set by both the policy and the gateway)", err)
+	}
+	return json.Marshal(merged)
 }
