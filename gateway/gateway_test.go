@@ -113,6 +113,7 @@ func TestE2EDemoPolicyThroughGoAPI(t *testing.T) {
 // testDemoPolicyThroughGoAPI checks the demo policy's decisions with
 // engine: both engines decide the same.
 func testDemoPolicyThroughGoAPI(t *testing.T, engine string) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // the wasm compilation cache
 	cfg := &Config{Servers: []ServerConfig{demoServer(t)}, Policy: PolicyConfig{Engine: engine}}
 	g, log := startGateway(t, cfg, WithPolicy(rego.Demo()))
 	ctx := context.Background()

@@ -53,9 +53,6 @@ type PoolOptions struct {
 	MemoryLimitPages uint32
 	// Timeout bounds one evaluation. Zero means DefaultTimeout.
 	Timeout time.Duration
-
-	// allowAll lets the conformance test call every builtin OPA has.
-	allowAll bool
 }
 
 // Pool evaluates one entry point of a Module on a bounded set of
@@ -97,9 +94,6 @@ func NewPool(ctx context.Context, m *Module, opts PoolOptions) (*Pool, error) {
 			MaxMemoryPages: opts.MemoryLimitPages,
 			AllowBuiltin:   allowBuiltin,
 		},
-	}
-	if opts.allowAll {
-		p.cfg.AllowBuiltin = nil
 	}
 	if p.cfg.MaxMemoryPages == 0 {
 		p.cfg.MaxMemoryPages = DefaultMemoryLimitPages
