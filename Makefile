@@ -6,7 +6,7 @@ BIN     := bin/mcp-warden
 # Tests run with -race; a slow 2-core CI machine needs a generous timeout.
 TESTFLAGS ?= -race -timeout 20m
 
-.PHONY: all build run test vet deps e2e policy-test bench conformance-mcp clean
+.PHONY: all build run test vet deps e2e policy-test bench bench-engines bench-log bench-spawn conformance-mcp conformance-opa clean
 
 all: build
 
@@ -28,6 +28,7 @@ vet:
 test: deps vet
 	$(GO) test $(TESTFLAGS) ./...
 	$(MAKE) --no-print-directory conformance-mcp
+	$(MAKE) --no-print-directory conformance-opa
 
 # The official MCP conformance suite (2025-11-25 and 2026-07-28 eras) against
 # the go-sdk everything-server directly, then through the gateway with that
@@ -36,6 +37,26 @@ test: deps vet
 conformance-mcp: deps
 	MCP_CONFORMANCE=1 $(GO) test -count=1 -timeout 15m -run '^TestConformance$$' ./gateway/
 	@cat .cache/conformance/summary.txt
+
+# OPA's compliance corpus (v0 and v1 cases shipped in the OPA module)
+# through mcp-warden's Wasm host, skips = OPA's exceptions.yaml. Without
+# -race (a build tag keeps it out of ./...); last line: N passed, N failed, N skipped.
+conformance-opa:
+	@summary=$$(mktemp); \
+	OPA_CONFORMANCE_SUMMARY=$$summary $(GO) test -tags conformance -count=1 -timeout 30m -run TestOPAConformance ./wasm/ >$$summary.log 2>&1; \
+	status=$$?; grep -E '^\s*--- FAIL' $$summary.log | head -50; \
+	if [ ! -s $$summary ]; then tail -50 $$summary.log; echo "0 passed, 1 failed, 0 skipped"; status=1; else cat $$summary; fi; \
+	rm -f $$summary $$summary.log; exit $$status
+
+# Every benchmark target; each measures against its own baseline in the same run.
+bench: bench-engines bench-log bench-spawn
+
+# One tools/call decision of the default policy through (a) our Wasm host,
+# (b) OPA's rego.Target("wasm"), (c) OPA's topdown prepared query, in one
+# run: medians and ratios.
+bench-engines:
+	@out=$$(mktemp); $(GO) test -run '^$$' -bench 'BenchmarkToolsCallDecision' -count 5 ./policy/ >$$out; status=$$?; \
+	cat $$out; awk -f .ci/bench-medians.awk $$out; rm -f $$out; exit $$status
 
 # Only the end-to-end tests (real servers, real clients, the built binary).
 e2e: deps
@@ -47,8 +68,12 @@ policy-test: build
 
 # Decision logging on vs off in the same run, interleaved call by call:
 # p50_added_ns is what the log adds to a decision (default and always fsync).
-bench:
+bench-log:
 	$(GO) test -run '^$$' -bench 'DecisionLogOverhead|CanonicalRecord' -benchtime 5000x ./policy/...
+
+# Confined vs bare spawn-to-ready of the same server, in one run.
+bench-spawn:
+	$(GO) test -run '^$$' -bench 'BenchmarkSpawnToReady' -count 3 ./sandbox/
 
 clean:
 	rm -rf bin

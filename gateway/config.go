@@ -114,7 +114,10 @@ type PolicyConfig struct {
 	// Path is a directory of .rego/.json files or a bundle (.tar.gz). Empty
 	// means the embedded default policy.
 	Path string `yaml:"path" json:"path"`
-	// Engine is "rego" (OPA's evaluator). Empty means "rego".
+	// Engine is "rego" (OPA's evaluator) or "wasm" (the policy compiled to
+	// WebAssembly and run by mcp-warden's Wasm host; Path may then also be
+	// a bundle built with `opa build -t wasm -e mcp/warden/decision`).
+	// Empty means "rego". Both make the same decisions.
 	Engine string `yaml:"engine" json:"engine"`
 }
 

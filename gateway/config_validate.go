@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/mcp-warden/mcp-warden/gateway/internal/authn"
+	"github.com/mcp-warden/mcp-warden/policy"
 	"github.com/mcp-warden/mcp-warden/sandbox"
 )
 
@@ -92,7 +93,7 @@ func joinConfigErrors(errs []*ConfigError) error {
 // the zero values. It modifies c.
 func (c *Config) SetDefaults() {
 	c.Naming = cmp.Or(c.Naming, NamingPrefix)
-	c.Policy.Engine = cmp.Or(c.Policy.Engine, "rego")
+	c.Policy.Engine = cmp.Or(c.Policy.Engine, policy.EngineRego)
 	c.Principal.ID = cmp.Or(c.Principal.ID, DefaultPrincipalID)
 	for i := range c.Servers {
 		c.Servers[i].CallTimeout = cmp.Or(c.Servers[i].CallTimeout, DefaultCallTimeout)
@@ -204,8 +205,9 @@ func (c *Config) validate() []*ConfigError {
 		bad("naming", fmt.Sprintf("%q is not a naming mode", c.Naming),
 			"use prefix (tools exposed as <server>__<tool>) or first (the server listed first wins a name conflict)")
 	}
-	if c.Policy.Engine != "" && c.Policy.Engine != "rego" {
-		bad("policy.engine", fmt.Sprintf("%q is not a policy engine", c.Policy.Engine), "use rego, or leave it out")
+	if c.Policy.Engine != "" && c.Policy.Engine != policy.EngineRego && c.Policy.Engine != policy.EngineWasm {
+		bad("policy.engine", fmt.Sprintf("%q is not a policy engine", c.Policy.Engine),
+			"use rego (OPA's evaluator, the default) or wasm (the policy compiled to WebAssembly)")
 	}
 
 	dl := c.DecisionLog

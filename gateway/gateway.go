@@ -43,6 +43,7 @@ type Gateway struct {
 	cfg     *Config
 	logger  *slog.Logger
 	decider *policy.Decider
+	engine  policy.Engine
 	declog  *policy.DecisionLog
 	auth    *authenticator               // nil: HTTP clients are not authenticated
 	envs    map[string]map[string]string // server name → environment
@@ -126,21 +127,22 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		secrets = append(secrets, values...)
 	}
 
-	p := o.policy
-	if p == nil {
-		var err error
-		if p, err = loadPolicy(cfg.Policy); err != nil {
-			return nil, err
-		}
-	}
-	engine, err := policy.NewRegoEngine(context.Background(), p, PolicyData(cfg))
+	engine, source, err := newEngine(context.Background(), cfg, o.policy)
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, err
 	}
+	g.engine = engine
 
-	rules, err := policy.NewLogRules(context.Background(), p, PolicyData(cfg))
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+	// The drop and mask rules come from the Rego source; a prebuilt Wasm
+	// bundle has none, so its events get the default mask.
+	var rules *policy.LogRules
+	if source != nil {
+		if rules, err = policy.NewLogRules(context.Background(), source, PolicyData(cfg)); err != nil {
+			if c, ok := engine.(io.Closer); ok {
+				_ = c.Close()
+			}
+			return nil, fmt.Errorf("policy: %w", err)
+		}
 	}
 	dl := cfg.DecisionLog
 	logOpts := policy.DecisionLogOptions{
@@ -159,6 +161,9 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		g.declog = policy.NewDecisionLog(o.logWriter, logOpts)
 	case cfg.DecisionLog.Path != "":
 		if g.declog, err = policy.OpenDecisionLog(cfg.DecisionLog.Path, logOpts); err != nil {
+			if c, ok := engine.(io.Closer); ok {
+				_ = c.Close()
+			}
 			return nil, err
 		}
 	default:
@@ -180,6 +185,50 @@ func (c *Config) withDefaults() *Config {
 	d.Listeners = append([]ListenerConfig(nil), c.Listeners...)
 	d.SetDefaults()
 	return &d
+}
+
+// newEngine prepares the configured engine on p, else on the configured
+// policy, else on the embedded default, and returns the Rego source it was
+// built from (nil for a prebuilt Wasm bundle). With the wasm engine, a
+// configured path holding policy.wasm is run as built; Rego source is
+// compiled first.
+func newEngine(ctx context.Context, cfg *Config, p *rego.Policy) (policy.Engine, *rego.Policy, error) {
+	data := PolicyData(cfg)
+	if p == nil && cfg.Policy.Engine == policy.EngineWasm && cfg.Policy.Path != "" {
+		wp, err := rego.LoadWasm(cfg.Policy.Path)
+		switch {
+		case err == nil:
+			engine, err := policy.NewWasmEngine(ctx, wp, data, policy.WasmOptions{})
+			if err != nil {
+				return nil, nil, fmt.Errorf("policy: %w", err)
+			}
+			return engine, nil, nil
+		case !errors.Is(err, rego.ErrNoWasmModule):
+			return nil, nil, fmt.Errorf("policy: %w", err)
+		}
+	}
+	if p == nil {
+		var err error
+		if p, err = loadPolicy(cfg.Policy); err != nil {
+			return nil, nil, err
+		}
+	}
+	if cfg.Policy.Engine == policy.EngineWasm {
+		wp, err := policy.CompileWasm(ctx, p)
+		if err != nil {
+			return nil, nil, fmt.Errorf("policy: %w", err)
+		}
+		engine, err := policy.NewWasmEngine(ctx, wp, data, policy.WasmOptions{})
+		if err != nil {
+			return nil, nil, fmt.Errorf("policy: %w", err)
+		}
+		return engine, p, nil
+	}
+	engine, err := policy.NewRegoEngine(ctx, p, data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("policy: %w", err)
+	}
+	return engine, p, nil
 }
 
 // loadPolicy loads the configured policy, or the embedded default.
@@ -442,7 +491,11 @@ func (g *Gateway) Close() error {
 	g.mu.Unlock()
 	g.background.Wait() // closed upstreams make their work end at once
 	g.closeDownstreamSessions()
-	return errors.Join(err, g.declog.Close())
+	err = errors.Join(err, g.declog.Close())
+	if c, ok := g.engine.(io.Closer); ok {
+		err = errors.Join(err, c.Close())
+	}
+	return err
 }
 
 func (g *Gateway) closeUpstreamsLocked() error {

@@ -106,7 +106,17 @@ func text(t *testing.T, res *mcp.CallToolResult) string {
 }
 
 func TestE2EDemoPolicyThroughGoAPI(t *testing.T) {
-	g, log := startGateway(t, &Config{Servers: []ServerConfig{demoServer(t)}}, WithPolicy(rego.Demo()))
+	for _, engine := range []string{policy.EngineRego, policy.EngineWasm} {
+		t.Run(engine, func(t *testing.T) { testDemoPolicyThroughGoAPI(t, engine) })
+	}
+}
+
+// testDemoPolicyThroughGoAPI checks the demo policy's decisions with
+// engine: both engines decide the same.
+func testDemoPolicyThroughGoAPI(t *testing.T, engine string) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // the wasm compilation cache
+	cfg := &Config{Servers: []ServerConfig{demoServer(t)}, Policy: PolicyConfig{Engine: engine}}
+	g, log := startGateway(t, cfg, WithPolicy(rego.Demo()))
 	ctx := context.Background()
 
 	tools, err := g.ListTools(ctx, alice)

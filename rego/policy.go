@@ -145,7 +145,7 @@ func readBundle(fsys fs.FS, path string) (*bundle.Bundle, error) {
 	}
 	switch {
 	case len(b.WasmModules) > 0 || len(b.Wasm) > 0:
-		return nil, errors.New("bundle has Wasm modules, which the rego engine cannot run")
+		return nil, errors.New("bundle has Wasm modules, which the rego engine cannot run (set policy.engine: wasm)")
 	case len(b.PlanModules) > 0:
 		return nil, errors.New("bundle has plan modules, which the rego engine cannot run")
 	case len(b.Patch.Data) > 0:

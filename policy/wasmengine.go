@@ -1,0 +1,122 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/mcp-warden/mcp-warden/rego"
+	"github.com/mcp-warden/mcp-warden/wasm"
+)
+
+// EngineWasm names mcp-warden's WebAssembly host in configuration.
+const EngineWasm = "wasm"
+
+// WasmOptions tunes a Wasm engine; the zero value is the default.
+type WasmOptions struct {
+	// CacheDir keeps compiled machine code across restarts; empty means
+	// DefaultWasmCacheDir, "-" keeps it in memory only.
+	CacheDir string
+	// Instances bounds concurrent evaluations; zero means GOMAXPROCS.
+	Instances int
+	// Timeout bounds one evaluation; zero means wasm.DefaultTimeout.
+	Timeout time.Duration
+	// MemoryLimitPages caps each instance's memory in 64 KiB pages; zero
+	// means wasm.DefaultMemoryLimitPages.
+	MemoryLimitPages uint32
+}
+
+// DefaultWasmCacheDir is where compiled policies are cached: the user's
+// cache directory (e.g. ~/.cache/mcp-warden/wasm), or "" when there is none.
+func DefaultWasmCacheDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "mcp-warden", "wasm")
+}
+
+// NewWasmEngine makes an Engine that evaluates the decision entry point of
+// wp (built with it: see rego.CompileWasm and rego.LoadWasm) on mcp-warden's
+// Wasm host, with data merged into wp's base data at the root. It makes
+// the same decisions as NewRegoEngine on the same policy. An evaluation
+// that runs past the timeout or the memory cap fails (and so denies) with
+// wasm.ErrTimeout or wasm.ErrMemoryLimit. Close releases it.
+func NewWasmEngine(ctx context.Context, wp *rego.WasmPolicy, data map[string]any, opts WasmOptions) (Engine, error) {
+	if wp == nil {
+		return nil, errors.New("wasm engine: nil policy")
+	}
+	doc, err := wp.DataJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("wasm engine: %w", err)
+	}
+	cacheDir := opts.CacheDir
+	switch cacheDir {
+	case "":
+		cacheDir = DefaultWasmCacheDir()
+	case "-":
+		cacheDir = ""
+	}
+	module, err := wasm.Compile(ctx, wp.Module, wasm.CompileOptions{CacheDir: cacheDir})
+	if err != nil {
+		return nil, fmt.Errorf("wasm engine: %w", err)
+	}
+	pool, err := wasm.NewPool(ctx, module, wasm.PoolOptions{
+		Entrypoint:       EntrypointPath,
+		Data:             doc,
+		Size:             opts.Instances,
+		Timeout:          opts.Timeout,
+		MemoryLimitPages: opts.MemoryLimitPages,
+	})
+	if err != nil {
+		_ = module.Close(ctx)
+		return nil, fmt.Errorf("wasm engine: %w", err)
+	}
+	return &wasmEngine{module: module, pool: pool, revision: wp.Revision}, nil
+}
+
+// CompileWasm compiles p's decision entry point to WebAssembly for
+// NewWasmEngine, refusing the builtins the Wasm host refuses
+// (wasm.RefusedBuiltins: I/O) at compile time.
+func CompileWasm(ctx context.Context, p *rego.Policy) (*rego.WasmPolicy, error) {
+	return rego.CompileWasm(ctx, p, Entrypoint, wasm.RefusedBuiltins)
+}
+
+type wasmEngine struct {
+	module   *wasm.Module
+	pool     *wasm.Pool
+	revision string
+}
+
+func (e *wasmEngine) Evaluate(ctx context.Context, input []byte) (any, error) {
+	out, err := e.pool.Eval(ctx, input)
+	if errors.Is(err, wasm.ErrUndefined) {
+		return nil, ErrUndefined
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Numbers as json.Number, as the rego engine returns them.
+	dec := json.NewDecoder(bytes.NewReader(out))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("decode result: %w", err)
+	}
+	return v, nil
+}
+
+func (e *wasmEngine) Revision() string { return e.revision }
+
+// Close releases the instances and the compiled code, after evaluations in
+// progress.
+func (e *wasmEngine) Close() error {
+	ctx := context.Background()
+	e.pool.Close(ctx)
+	return e.module.Close(ctx)
+}

@@ -1,0 +1,195 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mcp-warden/mcp-warden/wasm/internal/host"
+)
+
+// Errors of Pool.Eval a caller branches on (with errors.Is). An evaluation
+// that fails with ErrTimeout or ErrMemoryLimit has had its instance
+// replaced; the Pool keeps serving.
+var (
+	// ErrUndefined: the entry point has no value for the input.
+	ErrUndefined = errors.New("policy decision is undefined")
+	// ErrTimeout: the evaluation ran past PoolOptions.Timeout.
+	ErrTimeout = host.ErrTimeout
+	// ErrMemoryLimit: the evaluation needed more than PoolOptions.MemoryLimitPages.
+	ErrMemoryLimit = host.ErrMemoryLimit
+)
+
+// RefusedBuiltins are the builtins a policy may not call: they reach the
+// network, the environment or the process. rego.CompileWasm leaves them out
+// of the capabilities, and NewPool refuses a policy that imports one.
+var RefusedBuiltins = []string{"http.send", "net.lookup_ip_addr", "opa.runtime"}
+
+// Defaults of PoolOptions.
+const (
+	DefaultMemoryLimitPages = 1024 // 64 MiB per instance
+	DefaultTimeout          = time.Second
+)
+
+// PoolOptions says how a Pool evaluates.
+type PoolOptions struct {
+	// Entrypoint is the entry point evaluated, in slash form
+	// ("mcp/warden/decision"); the module must have been built with it.
+	Entrypoint string
+	// Data is the JSON data document every evaluation sees as data (an
+	// object, or nil for none).
+	Data []byte
+	// Size is the number of instances, hence of concurrent evaluations.
+	// Zero means GOMAXPROCS.
+	Size int
+	// MemoryLimitPages caps each instance's memory in 64 KiB pages. Zero
+	// means DefaultMemoryLimitPages; at most 65535.
+	MemoryLimitPages uint32
+	// Timeout bounds one evaluation. Zero means DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Pool evaluates one entry point of a Module on a bounded set of
+// instances, each evaluating one input at a time. It is safe for
+// concurrent use; Eval waits for a free instance.
+type Pool struct {
+	module     *Module
+	cfg        host.Config
+	entrypoint string
+	epID       int32
+	timeout    time.Duration
+	// free holds Size slots: a ready instance, or nil for one to make
+	// (after a broken instance was discarded).
+	free chan *host.Instance
+
+	closeOnce sync.Once
+}
+
+// NewPool makes opts.Size instances of m with opts.Data loaded. It fails if
+// the data is not a JSON object, the module lacks the entry point, speaks
+// an unsupported ABI version, or calls a builtin that is refused or
+// unknown.
+func NewPool(ctx context.Context, m *Module, opts PoolOptions) (*Pool, error) {
+	if m == nil {
+		return nil, errors.New("wasm pool: nil module")
+	}
+	if opts.Entrypoint == "" {
+		return nil, errors.New("wasm pool: no entry point")
+	}
+	if opts.Data != nil && !bytes.HasPrefix(bytes.TrimSpace(opts.Data), []byte("{")) {
+		return nil, errors.New("wasm pool: data is not a JSON object")
+	}
+	p := &Pool{
+		module:     m,
+		entrypoint: opts.Entrypoint,
+		timeout:    opts.Timeout,
+		cfg: host.Config{
+			Data:           opts.Data,
+			MaxMemoryPages: opts.MemoryLimitPages,
+			AllowBuiltin:   allowBuiltin,
+		},
+	}
+	if p.cfg.MaxMemoryPages == 0 {
+		p.cfg.MaxMemoryPages = DefaultMemoryLimitPages
+	}
+	if p.timeout <= 0 {
+		p.timeout = DefaultTimeout
+	}
+	size := opts.Size
+	if size <= 0 {
+		size = runtime.GOMAXPROCS(0)
+	}
+	p.free = make(chan *host.Instance, size)
+	first, err := m.compiled.NewInstance(ctx, p.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("wasm pool: %w", err)
+	}
+	id, ok := first.Entrypoints()[opts.Entrypoint]
+	if !ok {
+		first.Close(ctx)
+		return nil, fmt.Errorf("wasm pool: the module has no entry point %s (it has %v)",
+			opts.Entrypoint, slices.Sorted(maps.Keys(first.Entrypoints())))
+	}
+	p.epID = id
+	p.free <- first
+	for range size - 1 {
+		in, err := m.compiled.NewInstance(ctx, p.cfg)
+		if err != nil {
+			for len(p.free) > 0 {
+				(<-p.free).Close(ctx)
+			}
+			return nil, fmt.Errorf("wasm pool: %w", err)
+		}
+		p.free <- in
+	}
+	return p, nil
+}
+
+func allowBuiltin(name string) bool { return !slices.Contains(RefusedBuiltins, name) }
+
+// Eval evaluates the entry point with input, a JSON document, and returns
+// the entry point's value as JSON (sets as arrays), or ErrUndefined. Time
+// builtins see the moment Eval started. It waits for a free instance as
+// long as ctx allows; the evaluation itself is bounded by the pool's
+// Timeout.
+func (p *Pool) Eval(ctx context.Context, input []byte) ([]byte, error) {
+	now := time.Now()
+	var in *host.Instance
+	select {
+	case in = <-p.free:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for a wasm instance: %w", context.Cause(ctx))
+	}
+	if in == nil { // a slot whose instance was discarded
+		var err error
+		if in, err = p.module.compiled.NewInstance(ctx, p.cfg); err != nil {
+			p.free <- nil
+			return nil, fmt.Errorf("replace wasm instance: %w", err)
+		}
+	}
+	evalCtx, cancel := context.WithTimeout(ctx, p.timeout)
+	out, err := in.Eval(evalCtx, p.epID, input, host.FormatJSON, now)
+	cancel()
+	if in.Broken() {
+		in.Close(context.WithoutCancel(ctx))
+		in = nil
+	}
+	p.free <- in
+	if err != nil {
+		if errors.Is(err, ErrTimeout) && ctx.Err() != nil {
+			err = context.Cause(ctx) // the caller's deadline, not the pool's
+		}
+		return nil, err
+	}
+	return resultValue(out)
+}
+
+// resultValue returns X of the result set [{"result":X}] opa_eval returns
+// for an entry point, or ErrUndefined for [].
+func resultValue(rs []byte) ([]byte, error) {
+	const prefix, suffix = `[{"result":`, `}]`
+	switch {
+	case string(rs) == "[]":
+		return nil, ErrUndefined
+	case bytes.HasPrefix(rs, []byte(prefix)) && bytes.HasSuffix(rs, []byte(suffix)):
+		return rs[len(prefix) : len(rs)-len(suffix)], nil
+	}
+	return nil, fmt.Errorf("unexpected result set %.100q", rs)
+}
+
+// Close closes every instance, waiting for evaluations in progress.
+func (p *Pool) Close(ctx context.Context) {
+	p.closeOnce.Do(func() {
+		for range cap(p.free) {
+			if in := <-p.free; in != nil {
+				in.Close(ctx)
+			}
+		}
+	})
+}
