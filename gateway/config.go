@@ -115,6 +115,24 @@ type DecisionLogConfig struct {
 	// OnError is "deny" (default: a decision whose event cannot be written
 	// is a denial) or "allow" (fail open: the decision stands).
 	OnError string `yaml:"on_error" json:"on_error"`
+	// Upload also sends every record to an OPA-compatible decision-log
+	// service when its URL is set.
+	Upload DecisionLogUploadConfig `yaml:"upload" json:"upload"`
+}
+
+// DecisionLogUploadConfig says where decision-log records are uploaded:
+// POSTed in gzipped JSON-array batches to <url>/logs, as OPA's decision-log
+// plugin does, in the background, retried with backoff, never holding up a
+// decision.
+type DecisionLogUploadConfig struct {
+	// URL is the service's base URL (http or https).
+	URL string `yaml:"url" json:"url"`
+	// BufferEvents bounds the records waiting for upload; when it is full
+	// the oldest are dropped and counted. Zero means 10000.
+	BufferEvents int `yaml:"buffer_events" json:"buffer_events"`
+	// Interval is how long a record may wait to be batched with later
+	// ones. Zero means one second.
+	Interval time.Duration `yaml:"interval" json:"interval"`
 }
 
 // ListenerConfig is one downstream face: stdio, or streamable HTTP on an

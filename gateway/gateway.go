@@ -138,6 +138,7 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		MaxBytes:     dl.MaxBytes,
 		FailOpen:     dl.OnError == "allow",
 		Logger:       o.logger,
+		Upload:       policy.UploadOptions{URL: dl.Upload.URL, BufferEvents: dl.Upload.BufferEvents, Interval: dl.Upload.Interval},
 	}
 	switch {
 	case o.logWriter != nil:

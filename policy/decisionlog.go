@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mcp-warden/mcp-warden/policy/internal/auditlog"
+	"github.com/mcp-warden/mcp-warden/policy/internal/logship"
 )
 
 // Event is one decision-log record, in OPA's decision-log event schema
@@ -98,6 +100,7 @@ type DecisionLog struct {
 	redact   []string
 
 	chain    *auditlog.Writer
+	shipper  *logship.Shipper // nil: no upload
 	rules    *LogRules
 	failOpen bool
 	logger   *slog.Logger
@@ -143,8 +146,41 @@ type DecisionLogOptions struct {
 	// FailOpen lets decisions stand when their event cannot be written
 	// (the failure goes to Logger). The default denies them.
 	FailOpen bool
-	// Logger receives write failures when FailOpen is set.
+	// Logger receives write failures when FailOpen is set, and upload
+	// failures.
 	Logger *slog.Logger
+	// Upload, when its URL is set, also sends every written record to an
+	// OPA-compatible decision-log service, in the background.
+	Upload UploadOptions
+}
+
+// UploadOptions configures the upload of decision-log records to an
+// OPA-compatible decision-log service: batches are POSTed to <URL>/logs as
+// a gzipped JSON array (Content-Encoding: gzip). The records uploaded are
+// exactly those written to the log, masked and chained. Uploading never
+// holds up a decision: records wait in a bounded buffer whose oldest
+// records are dropped (and counted in UploadStats) when it is full, and a
+// failed upload is retried with exponential backoff (100 ms doubling to
+// 30 s).
+type UploadOptions struct {
+	// URL is the service's base URL, e.g. https://logs.example.com/v1.
+	URL string
+	// BufferEvents bounds the records waiting for upload (0 means 10000).
+	BufferEvents int
+	// Interval is how long a record may wait to be batched with later
+	// ones (0 means one second).
+	Interval time.Duration
+}
+
+// UploadStats counts what happened to the records handed to the upload.
+type UploadStats struct {
+	// Shipped records were accepted by the service.
+	Shipped uint64
+	// Dropped records were never uploaded: the buffer was full, or they
+	// were still waiting when the log was closed.
+	Dropped uint64
+	// Failures counts failed upload attempts (each is retried).
+	Failures uint64
 }
 
 // NewDecisionLog returns a log writing to w, whose chain starts afresh.
@@ -164,7 +200,21 @@ func newDecisionLog(chain *auditlog.Writer, opts DecisionLogOptions) *DecisionLo
 			l.redact = append(l.redact, s)
 		}
 	}
+	if opts.Upload.URL != "" {
+		l.shipper = logship.New(logship.Options{URL: opts.Upload.URL, BufferEvents: opts.Upload.BufferEvents,
+			Interval: opts.Upload.Interval, Logger: l.logger})
+		chain.Tee(l.shipper.Enqueue)
+	}
 	return l
+}
+
+// UploadStats reports the upload's counters; all are zero without one.
+func (l *DecisionLog) UploadStats() UploadStats {
+	if l.shipper == nil {
+		return UploadStats{}
+	}
+	st := l.shipper.Stats()
+	return UploadStats{Shipped: st.Shipped, Dropped: st.Dropped, Failures: st.Failures}
 }
 
 // OpenDecisionLog returns a log appending to the file at path, created with
@@ -189,9 +239,16 @@ func OpenDecisionLog(path string, opts DecisionLogOptions) (*DecisionLog, error)
 	return newDecisionLog(chain, opts), nil
 }
 
-// Close syncs and closes the log's file, if it owns one; later decisions
-// cannot be logged and are denied.
-func (l *DecisionLog) Close() error { return l.chain.Close() }
+// Close syncs and closes the log's file, if it owns one, and stops the
+// upload after a last short attempt to send what is waiting; later
+// decisions cannot be logged and are denied.
+func (l *DecisionLog) Close() error {
+	err := l.chain.Close()
+	if l.shipper != nil {
+		err = errors.Join(err, l.shipper.Close())
+	}
+	return err
+}
 
 func (l *DecisionLog) newEvent(in Input, dec Decision, evalErr error, took, eval time.Duration) *Event {
 	ev := l.baseEvent(took, eval)

@@ -68,7 +68,13 @@ type Writer struct {
 	timer   *time.Timer
 	pending sync.WaitGroup // running interval syncs
 	closed  bool
+	tee     func(record []byte)
 }
+
+// Tee makes every record, once written, also go to f, called under the
+// Writer's lock so that f sees records in chain order; f owns the record
+// and must not block. Call Tee before the first Append.
+func (w *Writer) Tee(f func(record []byte)) { w.tee = f }
 
 // NewWriter returns a Writer appending a chain from Genesis to w, with no
 // rotation and no fsync.
@@ -170,6 +176,9 @@ func (w *Writer) Append(event []byte) error {
 				w.timer = time.AfterFunc(w.opts.Interval, w.intervalSync)
 			}
 		}
+	}
+	if w.tee != nil {
+		w.tee(line)
 	}
 	return nil
 }
