@@ -107,6 +107,15 @@ func (a *authenticator) mount(mux *http.ServeMux, path string, h http.Handler) {
 	}
 }
 
+// protectIfEnabled is protect when HTTP clients must authenticate, and h
+// itself when they need not.
+func (a *authenticator) protectIfEnabled(h http.Handler) http.Handler {
+	if a == nil {
+		return h
+	}
+	return a.protect(h)
+}
+
 type verifiedKey struct{}
 
 // protect verifies the request's credential and hands h the request with

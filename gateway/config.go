@@ -33,6 +33,9 @@ type Config struct {
 	// Auth makes HTTP listeners require credentials. Empty means HTTP
 	// clients act as Principal.
 	Auth AuthConfig `yaml:"auth" json:"auth"`
+	// Metrics says where Prometheus metrics are served. Empty means
+	// nowhere.
+	Metrics MetricsConfig `yaml:"metrics" json:"metrics"`
 
 	// source names where the config was read from, for error messages.
 	source string
@@ -140,6 +143,15 @@ type DecisionLogUploadConfig struct {
 type ListenerConfig struct {
 	Stdio bool   `yaml:"stdio" json:"stdio"`
 	HTTP  string `yaml:"http" json:"http"`
+}
+
+// MetricsConfig says where the Prometheus /metrics endpoint is served.
+type MetricsConfig struct {
+	// HTTP is the host:port serving /metrics. The address of an HTTP
+	// listener serves it there, behind that listener's authentication;
+	// any other address gets a listener of its own, without
+	// authentication, so bind it to loopback or a private network.
+	HTTP string `yaml:"http" json:"http"`
 }
 
 // PrincipalConfig is a configured client identity.

@@ -219,6 +219,11 @@ func (c *Config) validate() []*ConfigError {
 	}
 
 	c.Auth.validate(bad)
+	if c.Metrics.HTTP != "" {
+		if problem := httpAddrProblem(c.Metrics.HTTP); problem != "" {
+			bad("metrics.http", fmt.Sprintf("%q is not a host:port address (%s)", c.Metrics.HTTP, problem), `write host:port, e.g. "127.0.0.1:9464"`)
+		}
+	}
 
 	firstStdio := -1
 	for i, l := range c.Listeners {

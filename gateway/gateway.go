@@ -40,6 +40,7 @@ type Gateway struct {
 	logger  *slog.Logger
 	decider *policy.Decider
 	declog  *policy.DecisionLog
+	metrics *metrics
 	auth    *authenticator               // nil: HTTP clients are not authenticated
 	envs    map[string]map[string]string // server name → environment
 	envErrs map[string]error             // server name → why its environment could not be built
@@ -151,6 +152,7 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		g.declog = policy.NewDecisionLog(os.Stderr, logOpts)
 	}
 	g.decider = policy.NewDecider(engine, g.declog)
+	g.metrics = newMetrics(g)
 	if g.auth, err = newAuthenticator(cfg.Auth, o.logger); err != nil {
 		_ = g.declog.Close()
 		return nil, err
@@ -302,7 +304,9 @@ func (g *Gateway) ListTools(ctx context.Context, principal policy.Principal) ([]
 			Time:      now,
 		}
 	}
+	start := time.Now()
 	decisions := g.decider.DecideExposure(ctx, inputs)
+	g.metrics.observe(policy.ActionToolsList, start, decisions...)
 	tools := []*mcp.Tool{}
 	for i, d := range decisions {
 		if d.Allow {
@@ -334,6 +338,7 @@ func (g *Gateway) CallTool(ctx context.Context, principal policy.Principal, name
 		principal.AuthMethod = AuthNone
 	}
 	meta := requestMetaFrom(ctx)
+	start := time.Now()
 	d := g.decider.Decide(ctx, policy.Input{
 		Action:    policy.ActionToolsCall,
 		Principal: principal,
@@ -344,6 +349,7 @@ func (g *Gateway) CallTool(ctx context.Context, principal policy.Principal, name
 		SessionID: meta.sessionID,
 		Time:      policy.Timestamp(time.Now()),
 	})
+	g.metrics.observe(policy.ActionToolsCall, start, d)
 	if !d.Allow {
 		if d.Hidden {
 			return nil, unknownToolError(name)

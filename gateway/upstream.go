@@ -133,6 +133,16 @@ func (u *upstream) call(ctx context.Context, name string, args map[string]any) (
 	return res, err
 }
 
+// alive reports whether the server's process is still running.
+func (u *upstream) alive() bool {
+	select {
+	case <-u.proc.Done():
+		return false
+	default:
+		return true
+	}
+}
+
 // close ends the MCP session and stops the process tree. It is idempotent.
 func (u *upstream) close() error {
 	u.closeOnce.Do(func() {

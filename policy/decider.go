@@ -125,5 +125,6 @@ func denyForError(action Action, err error) Decision {
 		Allow:  false,
 		Hidden: action == ActionToolsCall,
 		Reason: "denied: policy error (" + err.Error() + ")",
+		Err:    err,
 	}
 }

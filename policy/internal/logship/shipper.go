@@ -77,6 +77,7 @@ type Shipper struct {
 	stop    chan struct{}
 	done    chan struct{}
 	closed  bool
+	full    bool // dropping since the last successful upload (warned once)
 
 	shipped, dropped, failures atomic.Uint64
 }
@@ -143,7 +144,10 @@ func (s *Shipper) trimLocked() {
 		clear(s.pending[:over])
 		s.pending = s.pending[over:]
 		s.dropped.Add(uint64(over))
-		s.opts.Logger.Warn("decision-log upload buffer full; oldest records dropped", "dropped", over)
+		if !s.full {
+			s.full = true
+			s.opts.Logger.Warn("decision-log upload buffer full; dropping the oldest records until an upload succeeds")
+		}
 	}
 }
 
@@ -304,5 +308,8 @@ func (s *Shipper) upload(ctx context.Context, batch [][]byte) error {
 		return fmt.Errorf("upload decision log: %s answered %s", s.url, resp.Status)
 	}
 	s.shipped.Add(uint64(len(batch)))
+	s.mu.Lock()
+	s.full = false
+	s.mu.Unlock()
 	return nil
 }
