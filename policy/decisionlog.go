@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,6 +100,9 @@ type DecisionLog struct {
 	labels   map[string]string
 	revision string
 	redact   []string
+	// redactJSON holds each secret as it appears inside a JSON string, so
+	// that the common case, no secret in the event, costs a byte search.
+	redactJSON [][]byte
 
 	chain    *auditlog.Writer
 	shipper  *logship.Shipper // nil: no upload
@@ -198,6 +203,7 @@ func newDecisionLog(chain *auditlog.Writer, opts DecisionLogOptions) *DecisionLo
 	for _, s := range opts.Redact {
 		if s != "" {
 			l.redact = append(l.redact, s)
+			l.redactJSON = append(l.redactJSON, jsonEscaped(s))
 		}
 	}
 	if opts.Upload.URL != "" {
@@ -320,32 +326,39 @@ func (l *DecisionLog) append(ctx context.Context, ev *Event) error {
 			return err
 		}
 	}
-	b, err := json.Marshal(ev)
-	if err != nil {
+	buf := encodeBuffers.Get().(*bytes.Buffer)
+	defer encodeBuffers.Put(buf)
+	buf.Reset()
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false) // the canonical form does not escape <, > and &
+	if err := enc.Encode(ev); err != nil {
 		return fmt.Errorf("encode event: %w", err)
 	}
-	if len(l.redact) > 0 {
-		b, err = redactSecrets(b, l.redact)
-		if err != nil {
+	b := buf.Bytes()
+	if l.containsSecret(b) {
+		var err error
+		if b, err = redactSecrets(b, l.redact); err != nil {
 			return err
 		}
 	}
-	return l.chain.Append(b)
+	return l.chain.Append(b) // Append copies b: the buffer is reused
+}
+
+// encodeBuffers are reused across events, so encoding one costs no growing.
+var encodeBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func (l *DecisionLog) containsSecret(b []byte) bool {
+	for i, s := range l.redact {
+		if bytes.Contains(b, []byte(s)) || bytes.Contains(b, l.redactJSON[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // redactSecrets replaces every occurrence of a secret inside the JSON
 // strings (keys and values) of the encoded event.
 func redactSecrets(b []byte, secrets []string) ([]byte, error) {
-	found := false
-	for _, s := range secrets {
-		if bytes.Contains(b, []byte(s)) || bytes.Contains(b, jsonEscaped(s)) {
-			found = true
-			break
-		}
-	}
-	if !found {
-		return b, nil
-	}
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -389,5 +402,15 @@ func newUUID() string {
 	_, _ = rand.Read(u[:])
 	u[6] = u[6]&0x0f | 0x40
 	u[8] = u[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+	var out [36]byte
+	hex.Encode(out[0:8], u[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], u[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], u[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], u[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:], u[10:16])
+	return string(out[:])
 }
