@@ -33,6 +33,9 @@ type Config struct {
 	// Auth makes HTTP listeners require credentials. Empty means HTTP
 	// clients act as Principal.
 	Auth AuthConfig `yaml:"auth" json:"auth"`
+	// Metrics says where Prometheus metrics are served. Empty means
+	// nowhere.
+	Metrics MetricsConfig `yaml:"metrics" json:"metrics"`
 
 	// source names where the config was read from, for error messages.
 	source string
@@ -138,6 +141,24 @@ type DecisionLogConfig struct {
 	// OnError is "deny" (default: a decision whose event cannot be written
 	// is a denial) or "allow" (fail open: the decision stands).
 	OnError string `yaml:"on_error" json:"on_error"`
+	// Upload also sends every record to an OPA-compatible decision-log
+	// service when its URL is set.
+	Upload DecisionLogUploadConfig `yaml:"upload" json:"upload"`
+}
+
+// DecisionLogUploadConfig says where decision-log records are uploaded:
+// POSTed in gzipped JSON-array batches to <url>/logs, as OPA's decision-log
+// plugin does, in the background, retried with backoff, never holding up a
+// decision.
+type DecisionLogUploadConfig struct {
+	// URL is the service's base URL (http or https).
+	URL string `yaml:"url" json:"url"`
+	// BufferEvents bounds the records waiting for upload; when it is full
+	// the oldest are dropped and counted. Zero means 10000.
+	BufferEvents int `yaml:"buffer_events" json:"buffer_events"`
+	// Interval is how long a record may wait to be batched with later
+	// ones. Zero means one second.
+	Interval time.Duration `yaml:"interval" json:"interval"`
 }
 
 // ListenerConfig is one downstream face: stdio, or streamable HTTP on an
@@ -148,6 +169,15 @@ type ListenerConfig struct {
 	// AllowedOrigins are browser origins (scheme://host[:port]) an HTTP
 	// listener accepts besides same-origin and, on loopback, loopback ones.
 	AllowedOrigins []string `yaml:"allowed_origins" json:"allowed_origins"`
+}
+
+// MetricsConfig says where the Prometheus /metrics endpoint is served.
+type MetricsConfig struct {
+	// HTTP is the host:port serving /metrics. The address of an HTTP
+	// listener serves it there, behind that listener's authentication;
+	// any other address gets a listener of its own, without
+	// authentication, so bind it to loopback or a private network.
+	HTTP string `yaml:"http" json:"http"`
 }
 
 // PrincipalConfig is a configured client identity.

@@ -226,8 +226,24 @@ func (c *Config) validate() []*ConfigError {
 	if !slices.Contains([]string{"", "deny", "allow"}, dl.OnError) {
 		bad("decision_log.on_error", fmt.Sprintf("%q is not deny or allow", dl.OnError), "use deny (the default: no response without its record) or allow (fail open)")
 	}
+	if up := dl.Upload; up.URL != "" {
+		if u, err := url.Parse(up.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			bad("decision_log.upload.url", fmt.Sprintf("%q is not an http(s) URL", up.URL), "write the service's base URL, e.g. https://logs.example.com (records go to <url>/logs)")
+		}
+	}
+	if dl.Upload.BufferEvents < 0 {
+		bad("decision_log.upload.buffer_events", fmt.Sprintf("negative (%d)", dl.Upload.BufferEvents), "use a positive number of records, or 0 for the default (10000)")
+	}
+	if dl.Upload.Interval < 0 {
+		bad("decision_log.upload.interval", fmt.Sprintf("negative (%s)", dl.Upload.Interval), `use a duration such as "1s", or 0 for the default`)
+	}
 
 	c.Auth.validate(bad)
+	if c.Metrics.HTTP != "" {
+		if problem := httpAddrProblem(c.Metrics.HTTP); problem != "" {
+			bad("metrics.http", fmt.Sprintf("%q is not a host:port address (%s)", c.Metrics.HTTP, problem), `write host:port, e.g. "127.0.0.1:9464"`)
+		}
+	}
 
 	firstStdio := -1
 	for i, l := range c.Listeners {

@@ -71,6 +71,12 @@ func TestConfigValidate(t *testing.T) {
 			"decision_log.max_bytes", "10 is too small to hold records", "at least 4096"},
 		{"on_error", func(c *Config) { c.DecisionLog.OnError = "ignore" },
 			"decision_log.on_error", `"ignore" is not deny or allow`, "fail open"},
+		{"upload url", func(c *Config) { c.DecisionLog.Upload.URL = "logs.example.com" },
+			"decision_log.upload.url", `"logs.example.com" is not an http(s) URL`, "<url>/logs"},
+		{"metrics address", func(c *Config) { c.Metrics.HTTP = "9464" },
+			"metrics.http", `"9464" is not a host:port address (missing port in address)`, "127.0.0.1:9464"},
+		{"upload buffer", func(c *Config) { c.DecisionLog.Upload.BufferEvents = -1 },
+			"decision_log.upload.buffer_events", "negative (-1)", "default (10000)"},
 		{"api key as plain token", func(c *Config) { c.Auth.APIKeys = []APIKeyConfig{{ID: "ci", SHA256: "my-token"}} },
 			"auth.api_keys[0].sha256", "not a hex sha256 (64 hex digits)", "never the token"},
 		{"jwt without issuer", func(c *Config) {

@@ -304,12 +304,16 @@ func (g *Gateway) HTTPHandler(principal policy.Principal, opts ...HTTPOptions) h
 	var o HTTPOptions
 	for _, opt := range opts {
 		o.AllowedOrigins = append(o.AllowedOrigins, opt.AllowedOrigins...)
+		o.Metrics = o.Metrics || opt.Metrics
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.streamableHandler(principal))
 	sse := g.newMCPServer(principal, TransportSSE)
 	mux.Handle("/sse", mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return sse }, nil))
 	g.restRoutes(mux, principal)
+	if o.Metrics {
+		mux.Handle("/metrics", g.MetricsHandler())
+	}
 	// Shutdown waits for requests in flight (not for GET streams, which
 	// never end on their own) until their responses are written.
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -45,6 +45,7 @@ type Gateway struct {
 	decider *policy.Decider
 	engine  policy.Engine
 	declog  *policy.DecisionLog
+	metrics *metrics
 	auth    *authenticator               // nil: HTTP clients are not authenticated
 	envs    map[string]map[string]string // server name → environment
 	envErrs map[string]error             // server name → why its environment could not be built
@@ -155,6 +156,7 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		MaxBytes:     dl.MaxBytes,
 		FailOpen:     dl.OnError == "allow",
 		Logger:       o.logger,
+		Upload:       policy.UploadOptions{URL: dl.Upload.URL, BufferEvents: dl.Upload.BufferEvents, Interval: dl.Upload.Interval},
 	}
 	switch {
 	case o.logWriter != nil:
@@ -170,6 +172,7 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		g.declog = policy.NewDecisionLog(os.Stderr, logOpts)
 	}
 	g.decider = policy.NewDecider(engine, g.declog)
+	g.metrics = newMetrics(g)
 	if g.auth, err = newAuthenticator(cfg.Auth, o.logger); err != nil {
 		_ = g.declog.Close()
 		return nil, err
@@ -373,8 +376,11 @@ func (g *Gateway) decideExposure(ctx context.Context, principal policy.Principal
 		inputs[i] = policy.Input{Action: action, Principal: principal, RequestID: meta.requestID, SessionID: meta.sessionID, Time: now}
 		fill(i, &inputs[i])
 	}
+	start := time.Now()
+	decisions := g.decider.DecideExposure(ctx, inputs)
+	g.metrics.observe(action, start, decisions...)
 	out := make([]bool, n)
-	for i, d := range g.decider.DecideExposure(ctx, inputs) {
+	for i, d := range decisions {
 		out[i] = d.Allow
 	}
 	return out
@@ -397,8 +403,11 @@ func principalDefaults(p policy.Principal) policy.Principal {
 func (g *Gateway) decide(ctx context.Context, principal policy.Principal, in policy.Input) policy.Decision {
 	meta := requestMetaFrom(ctx)
 	in.Principal, in.RequestID, in.SessionID = principalDefaults(principal), meta.requestID, meta.sessionID
-	in.Time = policy.Timestamp(time.Now())
-	return g.decider.Decide(ctx, in)
+	start := time.Now()
+	in.Time = policy.Timestamp(start)
+	d := g.decider.Decide(ctx, in)
+	g.metrics.observe(in.Action, start, d)
+	return d
 }
 
 // CallTool calls the tool exposed as name for principal, after policy allows

@@ -38,6 +38,9 @@ type HTTPOptions struct {
 	// besides same-origin requests and, on a loopback listener, loopback
 	// origins. A request with any other Origin header gets 403.
 	AllowedOrigins []string
+	// Metrics serves the Prometheus metrics at /metrics, behind the same
+	// checks and authentication as the rest of the face.
+	Metrics bool
 }
 
 // httpHygiene wraps next with the checks every request to the HTTP face

@@ -13,32 +13,26 @@ import (
 	"github.com/mcp-warden/mcp-warden/policy"
 )
 
-// Run serves the configured listeners until ctx ends, one of them fails, or
-// the stdio client disconnects; then it shuts the HTTP listeners down:
-// no new connections, in-flight requests finish (for up to ten seconds),
-// then open streams are closed. Clients that
-// present no credentials act as the configured principal. Run does not
-// Close the gateway.
+// Run serves the configured listeners (and /metrics, if configured) until
+// ctx ends, one of them fails, or the stdio client disconnects; then it
+// shuts the HTTP listeners down: no new connections, in-flight requests
+// finish (for up to ten seconds), then open streams are closed. Clients
+// that present no credentials act as the configured principal. Run does
+// not Close the gateway.
 func (g *Gateway) Run(ctx context.Context) error {
-	listeners := g.cfg.Listeners
 	principal := policy.Principal{ID: g.cfg.Principal.ID, Claims: g.cfg.Principal.Claims}
-	logger := g.logger
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan error, len(listeners))
+	done := make(chan error, len(g.cfg.Listeners)+1)
 	var servers []*http.Server
-	for _, l := range listeners {
-		if l.Stdio {
-			go func() { done <- g.Serve(ctx, &mcp.StdioTransport{}, principal) }()
-			continue
-		}
-		ln, err := net.Listen("tcp", l.HTTP)
+	serve := func(addr string, handler http.Handler, what, path string) error {
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return fmt.Errorf("listen %s: %w", l.HTTP, err)
+			return fmt.Errorf("listen %s: %w", addr, err)
 		}
-		srv := newHTTPServer(g.HTTPHandler(principal, HTTPOptions{AllowedOrigins: l.AllowedOrigins}))
+		srv := newHTTPServer(handler)
 		servers = append(servers, srv)
-		logger.Info("serving streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
+		g.logger.Info("serving "+what, "url", "http://"+ln.Addr().String()+path)
 		go func() {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				done <- err
@@ -46,11 +40,38 @@ func (g *Gateway) Run(ctx context.Context) error {
 			}
 			done <- nil
 		}()
+		return nil
 	}
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-done:
+
+	err := func() error {
+		metricsAddr := g.cfg.Metrics.HTTP
+		for _, l := range g.cfg.Listeners {
+			if l.Stdio {
+				go func() { done <- g.Serve(ctx, &mcp.StdioTransport{}, principal) }()
+				continue
+			}
+			opts := HTTPOptions{AllowedOrigins: l.AllowedOrigins}
+			if l.HTTP == metricsAddr {
+				// On a client-facing listener, metrics need the same
+				// credentials as MCP: server names are not for everyone.
+				opts.Metrics, metricsAddr = true, ""
+			}
+			if err := serve(l.HTTP, g.HTTPHandler(principal, opts), "streamable HTTP", "/mcp"); err != nil {
+				return err
+			}
+		}
+		if metricsAddr != "" {
+			mux := http.NewServeMux()
+			mux.Handle("/metrics", g.MetricsHandler())
+			return serve(metricsAddr, mux, "metrics", "/metrics")
+		}
+		return nil
+	}()
+	if err == nil {
+		select {
+		case <-ctx.Done():
+		case err = <-done:
+		}
 	}
 	cancel()
 	g.shutdownHTTP(servers)

@@ -441,6 +441,24 @@ func (l *link) cause(err error) error {
 	return err
 }
 
+// alive reports whether the server is still there: for a confined process,
+// that it has not exited; a remote server counts as alive while its
+// session is open.
+func (u *upstream) alive() bool {
+	if u.legacy == nil {
+		return false
+	}
+	if u.legacy.proc == nil {
+		return true
+	}
+	select {
+	case <-u.legacy.proc.Done():
+		return false
+	default:
+		return true
+	}
+}
+
 func confinementOf(c sandbox.Confinement) policy.Confinement {
 	return policy.Confinement{
 		ProcessGroup:         c.ProcessGroup,

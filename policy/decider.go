@@ -126,5 +126,6 @@ func denyForError(action Action, err error) Decision {
 		Allow:  false,
 		Hidden: action == ActionToolsCall || action == ActionResourcesRead || action == ActionPromptsGet,
 		Reason: "denied: policy error (" + err.Error() + ")",
+		Err:    err,
 	}
 }

@@ -23,6 +23,9 @@ type Decision struct {
 	Hidden bool `json:"hidden,omitempty"`
 	// Extra holds any further fields of the policy's result.
 	Extra map[string]any `json:"-"`
+	// Err is set on a denial for an error (evaluation, malformed result or
+	// unwritable log) rather than by the policy; Reason says the same.
+	Err error `json:"-"`
 }
 
 // Result is the decision as the policy's result object: allow, reason and

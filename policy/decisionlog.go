@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mcp-warden/mcp-warden/policy/internal/auditlog"
+	"github.com/mcp-warden/mcp-warden/policy/internal/logship"
 )
 
 // Event is one decision-log record, in OPA's decision-log event schema
@@ -105,8 +109,12 @@ type DecisionLog struct {
 	labels   map[string]string
 	revision string
 	redact   []string
+	// redactJSON holds each secret as it appears inside a JSON string, so
+	// that the common case, no secret in the event, costs a byte search.
+	redactJSON [][]byte
 
 	chain    *auditlog.Writer
+	shipper  *logship.Shipper // nil: no upload
 	rules    *LogRules
 	failOpen bool
 	logger   *slog.Logger
@@ -152,8 +160,41 @@ type DecisionLogOptions struct {
 	// FailOpen lets decisions stand when their event cannot be written
 	// (the failure goes to Logger). The default denies them.
 	FailOpen bool
-	// Logger receives write failures when FailOpen is set.
+	// Logger receives write failures when FailOpen is set, and upload
+	// failures.
 	Logger *slog.Logger
+	// Upload, when its URL is set, also sends every written record to an
+	// OPA-compatible decision-log service, in the background.
+	Upload UploadOptions
+}
+
+// UploadOptions configures the upload of decision-log records to an
+// OPA-compatible decision-log service: batches are POSTed to <URL>/logs as
+// a gzipped JSON array (Content-Encoding: gzip). The records uploaded are
+// exactly those written to the log, masked and chained. Uploading never
+// holds up a decision: records wait in a bounded buffer whose oldest
+// records are dropped (and counted in UploadStats) when it is full, and a
+// failed upload is retried with exponential backoff (100 ms doubling to
+// 30 s).
+type UploadOptions struct {
+	// URL is the service's base URL, e.g. https://logs.example.com/v1.
+	URL string
+	// BufferEvents bounds the records waiting for upload (0 means 10000).
+	BufferEvents int
+	// Interval is how long a record may wait to be batched with later
+	// ones (0 means one second).
+	Interval time.Duration
+}
+
+// UploadStats counts what happened to the records handed to the upload.
+type UploadStats struct {
+	// Shipped records were accepted by the service.
+	Shipped uint64
+	// Dropped records were never uploaded: the buffer was full, or they
+	// were still waiting when the log was closed.
+	Dropped uint64
+	// Failures counts failed upload attempts (each is retried).
+	Failures uint64
 }
 
 // NewDecisionLog returns a log writing to w, whose chain starts afresh.
@@ -171,9 +212,24 @@ func newDecisionLog(chain *auditlog.Writer, opts DecisionLogOptions) *DecisionLo
 	for _, s := range opts.Redact {
 		if s != "" {
 			l.redact = append(l.redact, s)
+			l.redactJSON = append(l.redactJSON, jsonEscaped(s))
 		}
 	}
+	if opts.Upload.URL != "" {
+		l.shipper = logship.New(logship.Options{URL: opts.Upload.URL, BufferEvents: opts.Upload.BufferEvents,
+			Interval: opts.Upload.Interval, Logger: l.logger})
+		chain.Tee(l.shipper.Enqueue)
+	}
 	return l
+}
+
+// UploadStats reports the upload's counters; all are zero without one.
+func (l *DecisionLog) UploadStats() UploadStats {
+	if l.shipper == nil {
+		return UploadStats{}
+	}
+	st := l.shipper.Stats()
+	return UploadStats{Shipped: st.Shipped, Dropped: st.Dropped, Failures: st.Failures}
 }
 
 // OpenDecisionLog returns a log appending to the file at path, created with
@@ -198,9 +254,16 @@ func OpenDecisionLog(path string, opts DecisionLogOptions) (*DecisionLog, error)
 	return newDecisionLog(chain, opts), nil
 }
 
-// Close syncs and closes the log's file, if it owns one; later decisions
-// cannot be logged and are denied.
-func (l *DecisionLog) Close() error { return l.chain.Close() }
+// Close syncs and closes the log's file, if it owns one, and stops the
+// upload after a last short attempt to send what is waiting; later
+// decisions cannot be logged and are denied.
+func (l *DecisionLog) Close() error {
+	err := l.chain.Close()
+	if l.shipper != nil {
+		err = errors.Join(err, l.shipper.Close())
+	}
+	return err
+}
 
 func (l *DecisionLog) newEvent(in Input, dec Decision, evalErr error, took, eval time.Duration) *Event {
 	ev := l.baseEvent(took, eval)
@@ -289,32 +352,39 @@ func (l *DecisionLog) append(ctx context.Context, ev *Event) error {
 			return err
 		}
 	}
-	b, err := json.Marshal(ev)
-	if err != nil {
+	buf := encodeBuffers.Get().(*bytes.Buffer)
+	defer encodeBuffers.Put(buf)
+	buf.Reset()
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false) // the canonical form does not escape <, > and &
+	if err := enc.Encode(ev); err != nil {
 		return fmt.Errorf("encode event: %w", err)
 	}
-	if len(l.redact) > 0 {
-		b, err = redactSecrets(b, l.redact)
-		if err != nil {
+	b := buf.Bytes()
+	if l.containsSecret(b) {
+		var err error
+		if b, err = redactSecrets(b, l.redact); err != nil {
 			return err
 		}
 	}
-	return l.chain.Append(b)
+	return l.chain.Append(b) // Append copies b: the buffer is reused
+}
+
+// encodeBuffers are reused across events, so encoding one costs no growing.
+var encodeBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func (l *DecisionLog) containsSecret(b []byte) bool {
+	for i, s := range l.redact {
+		if bytes.Contains(b, []byte(s)) || bytes.Contains(b, l.redactJSON[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // redactSecrets replaces every occurrence of a secret inside the JSON
 // strings (keys and values) of the encoded event.
 func redactSecrets(b []byte, secrets []string) ([]byte, error) {
-	found := false
-	for _, s := range secrets {
-		if bytes.Contains(b, []byte(s)) || bytes.Contains(b, jsonEscaped(s)) {
-			found = true
-			break
-		}
-	}
-	if !found {
-		return b, nil
-	}
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -358,5 +428,15 @@ func newUUID() string {
 	_, _ = rand.Read(u[:])
 	u[6] = u[6]&0x0f | 0x40
 	u[8] = u[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+	var out [36]byte
+	hex.Encode(out[0:8], u[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], u[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], u[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], u[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:], u[10:16])
+	return string(out[:])
 }

@@ -68,7 +68,13 @@ type Writer struct {
 	timer   *time.Timer
 	pending sync.WaitGroup // running interval syncs
 	closed  bool
+	tee     func(record []byte)
 }
+
+// Tee makes every record, once written, also go to f, called under the
+// Writer's lock so that f sees records in chain order; f owns the record
+// and must not block. Call Tee before the first Append.
+func (w *Writer) Tee(f func(record []byte)) { w.tee = f }
 
 // NewWriter returns a Writer appending a chain from Genesis to w, with no
 // rotation and no fsync.
@@ -118,8 +124,11 @@ func Open(path string, opts Options) (*Writer, error) {
 // the sync policy requires. On error nothing of the record remains in the
 // file, and the chain is unchanged.
 func (w *Writer) Append(event []byte) error {
-	src := withPrevPlaceholder(event)
+	srcBuf := placeholderBuffers.Get().(*[]byte)
+	src := withPrevPlaceholder((*srcBuf)[:0], event)
 	rec, err := canonicalRecord(make([]byte, 0, len(src)+100), src)
+	*srcBuf = src[:0] // rec holds nothing of src
+	placeholderBuffers.Put(srcBuf)
 	if err != nil {
 		return fmt.Errorf("encode record: %w", err)
 	}
@@ -171,17 +180,23 @@ func (w *Writer) Append(event []byte) error {
 			}
 		}
 	}
+	if w.tee != nil {
+		w.tee(line)
+	}
 	return nil
 }
 
-// withPrevPlaceholder returns event with a prev_hash member added, whose
-// value Append fills in under the lock.
-func withPrevPlaceholder(event []byte) []byte {
+// placeholderBuffers are reused by Append for the event with its
+// placeholder, which only lives until it is canonicalized.
+var placeholderBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// withPrevPlaceholder appends to b event with a prev_hash member added,
+// whose value Append fills in under the lock.
+func withPrevPlaceholder(b, event []byte) []byte {
 	event = bytes.TrimSpace(event)
 	if len(event) < 2 || event[0] != '{' {
-		return event // canonicalRecord reports it
+		return append(b, event...) // canonicalRecord reports it
 	}
-	b := make([]byte, 0, len(event)+80)
 	b = append(b, `{"prev_hash":"`...)
 	b = append(b, Genesis...)
 	b = append(b, '"')
