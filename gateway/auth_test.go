@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,23 +29,6 @@ const (
 	testIssuer   = "https://idp.example"
 	ciToken      = "ci-secret-token-0123456789"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func authConfig(jwksURL string) AuthConfig {
 	sum := sha256.Sum256([]byte(ciToken))
@@ -122,7 +103,7 @@ func TestAuthenticatedPrincipalsReachPolicyAndLog(t *testing.T) {
 
 func TestBadCredentialsAre401WithTheReasonLogged(t *testing.T) {
 	iss := authntest.New(t)
-	var oplog lockedBuffer
+	var oplog syncBuffer
 	g, _ := startGateway(t, &Config{Servers: []ServerConfig{demoServer(t)}, Auth: authConfig(iss.Serve())},
 		WithPolicy(rego.Demo()), WithLogger(slog.New(slog.NewTextHandler(&oplog, nil))))
 	url := serveAuthenticated(t, g)
