@@ -29,7 +29,16 @@ func confine(c *Confine, program string, args, env []string, trace *stages) *Ach
 		a.Missing = append(a.Missing, fmt.Sprintf("%s: %v", what, err))
 	}
 	if c.Mount {
-		if err := mountPrivate(c.MaskDirs, c.Expose); err != nil {
+		// What the server runs (program, interpreter chain, script and its
+		// package tree) is mounted back too when it lives under a masked
+		// directory — a checkout under /tmp, say.
+		expose := slices.Clone(c.Expose)
+		for _, p := range executionChain(program, args, env) {
+			if underAny(p, c.MaskDirs) && !slices.Contains(expose, p) {
+				expose = append(expose, p)
+			}
+		}
+		if err := mountPrivate(c.MaskDirs, expose); err != nil {
 			miss("mount namespace", err)
 		} else {
 			a.Mount = true
@@ -96,6 +105,17 @@ func confine(c *Confine, program string, args, env []string, trace *stages) *Ach
 		a.NoNewPrivs = true
 	}
 	return a
+}
+
+// underAny reports whether path lies strictly below one of dirs.
+func underAny(path string, dirs []string) bool {
+	path = filepath.Clean(path)
+	for _, d := range dirs {
+		if strings.HasPrefix(path, d+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // mountPrivate stops mount propagation to and from the host, mounts a /proc
