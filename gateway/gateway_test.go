@@ -308,12 +308,15 @@ func TestE2ENPMServersBehindOneGateway(t *testing.T) {
 // profile grants only one: a read inside works, a read in the other is
 // allowed by policy and by the server, and refused by the kernel.
 func TestE2EFilesystemServerConfinedToOneDirectory(t *testing.T) {
-	// The other directory is not under /tmp, which the server sees as a
-	// private tmpfs: it must exist in the server's view for the server to
-	// accept it.
+	// The other directory must exist in the server's view (so the server
+	// accepts it) and be granted by nothing: not under a directory the
+	// sandbox masks (/tmp, where the checkout itself may live) nor under a
+	// default read-only path. /var/lib is neither.
 	inside := t.TempDir()
-	outside, err := os.MkdirTemp(filepath.Join(testenv.RepoRoot(t), ".cache"), "fs-other-")
-	require.NoError(t, err)
+	outside, err := os.MkdirTemp("/var/lib", "mcp-warden-test-fs-other-")
+	if err != nil {
+		t.Skipf("this test needs a directory outside every sandbox default (/var/lib, as root): %v", err)
+	}
 	t.Cleanup(func() { os.RemoveAll(outside) })
 	for _, d := range []string{filepath.Dir(inside), inside, outside} {
 		require.NoError(t, os.Chmod(d, 0o755))
