@@ -69,7 +69,7 @@ policy-test: build
 # Decision logging on vs off in the same run, interleaved call by call:
 # p50_added_ns is what the log adds to a decision (default and always fsync).
 bench-log:
-	$(GO) test -run '^$$' -bench 'DecisionLogOverhead|CanonicalRecord' -benchtime 5000x ./policy/...
+	$(GO) test -run '^$$' -bench 'DecisionLogOverhead|CanonicalRecord|EventEncoding' -benchtime 5000x ./policy/...
 
 # Confined vs bare spawn-to-ready of the same server, in one run.
 bench-spawn:

@@ -22,17 +22,19 @@ const (
 	AuthNone   = "none"
 	AuthAPIKey = authn.MethodAPIKey
 	AuthJWT    = authn.MethodJWT
+	AuthMTLS   = authn.MethodMTLS
 )
 
 // wellKnownPRM is where RFC 9728 protected-resource metadata is served.
 const wellKnownPRM = "/.well-known/oauth-protected-resource"
 
 // authenticator guards the HTTP face: it verifies each request's bearer
-// credential before the MCP handler sees the request, and serves the
+// credential or takes the identity of its verified client certificate
+// before the MCP handler sees the request, and serves the
 // protected-resource metadata clients discover the authorization server
 // from.
 type authenticator struct {
-	verifier    *authn.Verifier
+	verifier    *authn.Verifier                    // nil: bearer credentials are not configured
 	metadata    *oauthex.ProtectedResourceMetadata // nil without a resource URL
 	metadataURL string
 	logger      *slog.Logger
@@ -41,10 +43,14 @@ type authenticator struct {
 // principalKey holds the policy.Principal in auth.TokenInfo.Extra.
 const principalKey = "mcp-warden/principal"
 
-// newAuthenticator returns nil when cfg requires no authentication.
-func newAuthenticator(cfg AuthConfig, logger *slog.Logger) (*authenticator, error) {
+// newAuthenticator returns nil when cfg requires no authentication and
+// no listener verifies client certificates (mtls).
+func newAuthenticator(cfg AuthConfig, mtls bool, logger *slog.Logger) (*authenticator, error) {
 	if !cfg.Enabled() {
-		return nil, nil
+		if !mtls {
+			return nil, nil
+		}
+		return &authenticator{logger: logger}, nil
 	}
 	keys := make([]authn.APIKey, len(cfg.APIKeys))
 	for i, k := range cfg.APIKeys {
@@ -109,10 +115,19 @@ func (a *authenticator) mount(mux *http.ServeMux, path string, h http.Handler) {
 
 type verifiedKey struct{}
 
-// protect verifies the request's credential and hands h the request with
+// protect identifies the request's client and hands h the request with
 // the principal attached (through the go-sdk's TokenInfo, which reaches
 // every MCP request as req.Extra.TokenInfo) and without the credential.
 // Every refusal is a 401 whose reason goes to the log only.
+//
+// Precedence: a bearer credential, when bearer auth is configured and the
+// request carries an Authorization header, names the principal (it is the
+// more specific identity: a user or agent behind a machine's certificate),
+// and a bad one is refused even over a verified certificate; otherwise a
+// verified client certificate names it; otherwise, with bearer auth
+// configured, the request is refused, and without it the request is made
+// as the listener's configured principal (a listener whose client
+// certificate is optional).
 func (a *authenticator) protect(h http.Handler) http.Handler {
 	inner := auth.RequireBearerToken(
 		func(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
@@ -124,18 +139,13 @@ func (a *authenticator) protect(h http.Handler) http.Handler {
 		&auth.RequireBearerTokenOptions{ResourceMetadataURL: a.metadataURL, AllowMissingExpiration: true},
 	)(withoutCredentials(h))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, reason := bearerToken(r.Header)
+		id, reason := a.identify(r)
 		if reason != "" {
 			a.refuse(w, r, reason)
 			return
 		}
-		id, err := a.verifier.Verify(r.Context(), token)
-		if err != nil {
-			reason := err.Error()
-			if f, ok := err.(*authn.Failure); ok {
-				reason = f.Reason
-			}
-			a.refuse(w, r, reason)
+		if id == nil {
+			withoutCredentials(h).ServeHTTP(w, r)
 			return
 		}
 		p := policy.Principal{ID: id.ID, Claims: id.Claims, AuthMethod: id.Method, Transport: TransportStreamableHTTP}
@@ -147,8 +157,49 @@ func (a *authenticator) protect(h http.Handler) http.Handler {
 			Expiration: id.Expiry,
 			Extra:      map[string]any{principalKey: p},
 		}
-		inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), verifiedKey{}, ti)))
+		r = r.WithContext(context.WithValue(r.Context(), verifiedKey{}, ti))
+		if id.Method == AuthMTLS {
+			// The go-sdk middleware that attaches TokenInfo reads a bearer
+			// header; the certificate stands for it. withoutCredentials
+			// removes it again before the MCP layer.
+			r = r.Clone(r.Context())
+			r.Header.Set("Authorization", "Bearer client-certificate")
+		}
+		inner.ServeHTTP(w, r)
 	})
+}
+
+// identify returns the request's verified identity, nil for "the
+// configured principal", or why the request is refused (see protect for
+// the precedence).
+func (a *authenticator) identify(r *http.Request) (*authn.Identity, string) {
+	if a.verifier != nil && len(r.Header.Values("Authorization")) > 0 {
+		token, reason := bearerToken(r.Header)
+		if reason != "" {
+			return nil, reason
+		}
+		id, err := a.verifier.Verify(r.Context(), token)
+		if err != nil {
+			if f, ok := err.(*authn.Failure); ok {
+				return nil, f.Reason
+			}
+			return nil, err.Error()
+		}
+		return id, ""
+	}
+	// VerifiedChains is set only when the listener verified the
+	// certificate against its client CAs in the handshake.
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		id, err := authn.FromCertificate(r.TLS.VerifiedChains[0][0])
+		if err != nil {
+			return nil, err.(*authn.Failure).Reason
+		}
+		return id, ""
+	}
+	if a.verifier != nil {
+		return nil, "no credentials"
+	}
+	return nil, ""
 }
 
 // bearerToken reads the one Authorization: Bearer header, or says what is

@@ -169,6 +169,26 @@ type ListenerConfig struct {
 	// AllowedOrigins are browser origins (scheme://host[:port]) an HTTP
 	// listener accepts besides same-origin and, on loopback, loopback ones.
 	AllowedOrigins []string `yaml:"allowed_origins" json:"allowed_origins"`
+	// TLS, when set, serves the HTTP listener over TLS, optionally
+	// verifying client certificates (mTLS).
+	TLS *ListenerTLSConfig `yaml:"tls" json:"tls"`
+}
+
+// ListenerTLSConfig is the TLS of one HTTP listener. With ClientCAFile set,
+// a client certificate signed by one of its CAs identifies the client (auth
+// method "mtls"); RequireClientCert refuses, in the TLS handshake, clients
+// presenting none.
+type ListenerTLSConfig struct {
+	// CertFile and KeyFile are the listener's PEM certificate (chain) and
+	// private key.
+	CertFile string `yaml:"cert_file" json:"cert_file"`
+	KeyFile  string `yaml:"key_file" json:"key_file"`
+	// ClientCAFile holds the PEM CA certificates client certificates must
+	// chain to; empty: client certificates are not asked for.
+	ClientCAFile string `yaml:"client_ca_file" json:"client_ca_file"`
+	// RequireClientCert fails the handshake of clients without a
+	// certificate from ClientCAFile's CAs.
+	RequireClientCert bool `yaml:"require_client_cert" json:"require_client_cert"`
 }
 
 // MetricsConfig says where the Prometheus /metrics endpoint is served.

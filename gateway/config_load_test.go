@@ -90,7 +90,8 @@ func TestLoadConfigValidYAML(t *testing.T) {
 		DecisionLog: DecisionLogConfig{Path: filepath.Join(dir, "logs", "decisions.log"), Fsync: "always",
 			FsyncInterval: 2 * time.Second, MaxBytes: 100 << 20, OnError: "deny",
 			Upload: DecisionLogUploadConfig{URL: "https://logs.example.com/v1", BufferEvents: 5000, Interval: 5 * time.Second}},
-		Listeners: []ListenerConfig{{Stdio: true}, {HTTP: "127.0.0.1:8080"}},
+		Listeners: []ListenerConfig{{Stdio: true}, {HTTP: "127.0.0.1:8080", TLS: &ListenerTLSConfig{
+			CertFile: "/etc/mcp-warden/tls.crt", KeyFile: "/etc/mcp-warden/tls.key", ClientCAFile: "/etc/mcp-warden/client-ca.pem"}}},
 		Metrics:   MetricsConfig{HTTP: "127.0.0.1:9464"},
 		Principal: PrincipalConfig{ID: "alice", Claims: map[string]any{"team": "platform", "level": 3}},
 		Auth: AuthConfig{

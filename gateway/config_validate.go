@@ -249,6 +249,8 @@ func (c *Config) validate() []*ConfigError {
 	for i, l := range c.Listeners {
 		key := indexKey("listeners", i)
 		switch {
+		case l.Stdio && l.TLS != nil:
+			bad(key+".tls", "is set on a stdio listener", "remove tls: it applies to http listeners only")
 		case l.Stdio && l.HTTP != "":
 			bad(key, "sets both stdio and http", `split it into two listeners: {stdio: true} and {http: "127.0.0.1:8080"}`)
 		case !l.Stdio && l.HTTP == "":
@@ -261,9 +263,21 @@ func (c *Config) validate() []*ConfigError {
 			if problem := httpAddrProblem(l.HTTP); problem != "" {
 				bad(key+".http", fmt.Sprintf("%q is not a host:port address (%s)", l.HTTP, problem), `write host:port, e.g. "127.0.0.1:8080"`)
 			}
+			if l.TLS != nil {
+				l.TLS.validate(key+".tls", bad)
+			}
 		}
 	}
 	return errs
+}
+
+func (t *ListenerTLSConfig) validate(key string, bad func(key, problem, fix string)) {
+	if t.CertFile == "" || t.KeyFile == "" {
+		bad(key, "needs both cert_file and key_file", "name the listener's PEM certificate and private key: cert_file: /etc/mcp-warden/tls.crt, key_file: /etc/mcp-warden/tls.key")
+	}
+	if t.RequireClientCert && t.ClientCAFile == "" {
+		bad(key+".require_client_cert", "is true without client_ca_file", "name the PEM file of the CAs client certificates must chain to: client_ca_file: /etc/mcp-warden/client-ca.pem")
+	}
 }
 
 func (a AuthConfig) validate(bad func(key, problem, fix string)) {

@@ -173,7 +173,7 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 	}
 	g.decider = policy.NewDecider(engine, g.declog)
 	g.metrics = newMetrics(g)
-	if g.auth, err = newAuthenticator(cfg.Auth, o.logger); err != nil {
+	if g.auth, err = newAuthenticator(cfg.Auth, cfg.verifiesClientCerts(), o.logger); err != nil {
 		_ = g.declog.Close()
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -25,14 +26,25 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer cancel()
 	done := make(chan error, len(g.cfg.Listeners)+1)
 	var servers []*http.Server
-	serve := func(addr string, handler http.Handler, what, path string) error {
+	serve := func(addr string, tlsCfg *ListenerTLSConfig, handler http.Handler, what, path string) error {
+		srv := newHTTPServer(handler)
+		scheme := "http"
+		if tlsCfg != nil {
+			c, err := tlsCfg.TLSConfig()
+			if err != nil {
+				return fmt.Errorf("listener %s: %w", addr, err)
+			}
+			srv.TLSConfig, scheme = c, "https"
+		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", addr, err)
 		}
-		srv := newHTTPServer(handler)
+		if srv.TLSConfig != nil {
+			ln = tls.NewListener(ln, srv.TLSConfig)
+		}
 		servers = append(servers, srv)
-		g.logger.Info("serving "+what, "url", "http://"+ln.Addr().String()+path)
+		g.logger.Info("serving "+what, "url", scheme+"://"+ln.Addr().String()+path, "client_certificates", clientCertMode(tlsCfg))
 		go func() {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				done <- err
@@ -56,14 +68,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 				// credentials as MCP: server names are not for everyone.
 				opts.Metrics, metricsAddr = true, ""
 			}
-			if err := serve(l.HTTP, g.HTTPHandler(principal, opts), "streamable HTTP", "/mcp"); err != nil {
+			if err := serve(l.HTTP, l.TLS, g.HTTPHandler(principal, opts), "streamable HTTP", "/mcp"); err != nil {
 				return err
 			}
 		}
 		if metricsAddr != "" {
 			mux := http.NewServeMux()
 			mux.Handle("/metrics", g.MetricsHandler())
-			return serve(metricsAddr, mux, "metrics", "/metrics")
+			return serve(metricsAddr, nil, mux, "metrics", "/metrics")
 		}
 		return nil
 	}()
@@ -97,4 +109,17 @@ func (g *Gateway) shutdownHTTP(servers []*http.Server) {
 	}
 	wg.Wait()
 	g.closeDownstreamSessions()
+}
+
+// clientCertMode says, for the start-up log, what a listener asks of
+// client certificates.
+func clientCertMode(t *ListenerTLSConfig) string {
+	switch {
+	case t == nil || t.ClientCAFile == "":
+		return "none"
+	case t.RequireClientCert:
+		return "required"
+	default:
+		return "optional"
+	}
 }

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -352,34 +351,32 @@ func (l *DecisionLog) append(ctx context.Context, ev *Event) error {
 			return err
 		}
 	}
-	buf := encodeBuffers.Get().(*bytes.Buffer)
-	defer encodeBuffers.Put(buf)
-	buf.Reset()
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(false) // the canonical form does not escape <, > and &
-	if err := enc.Encode(ev); err != nil {
+	// The event is encoded straight into its canonical form; only an
+	// event holding a configured secret takes the slower way through a
+	// generic document, where the secret is replaced.
+	err := l.chain.AppendValue(ev, l.holdsNoSecret)
+	if !errors.Is(err, auditlog.ErrRejected) {
+		return err
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
 		return fmt.Errorf("encode event: %w", err)
 	}
-	b := buf.Bytes()
-	if l.containsSecret(b) {
-		var err error
-		if b, err = redactSecrets(b, l.redact); err != nil {
-			return err
-		}
+	if b, err = redactSecrets(b, l.redact); err != nil {
+		return err
 	}
-	return l.chain.Append(b) // Append copies b: the buffer is reused
+	return l.chain.Append(b)
 }
 
-// encodeBuffers are reused across events, so encoding one costs no growing.
-var encodeBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-func (l *DecisionLog) containsSecret(b []byte) bool {
+// holdsNoSecret reports whether the canonical event b is free of every
+// configured secret, raw or as escaped inside a JSON string.
+func (l *DecisionLog) holdsNoSecret(b []byte) bool {
 	for i, s := range l.redact {
 		if bytes.Contains(b, []byte(s)) || bytes.Contains(b, l.redactJSON[i]) {
-			return true
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // redactSecrets replaces every occurrence of a secret inside the JSON
@@ -417,8 +414,9 @@ func redactValue(v any, secrets []string) any {
 	}
 }
 
+// jsonEscaped is s as it appears inside a canonical JSON string.
 func jsonEscaped(s string) []byte {
-	b, _ := json.Marshal(s)
+	b, _ := auditlog.AppendCanonical(nil, s)
 	return b[1 : len(b)-1]
 }
 

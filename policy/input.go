@@ -69,10 +69,11 @@ type Principal struct {
 	// ID names the client (a configured id, or a token's subject).
 	ID string `json:"id"`
 	// Claims are what is known about the client beyond its id: the
-	// configured claims, or a verified JWT's claims.
+	// configured claims, a verified JWT's claims, or a verified client
+	// certificate's description (subject, issuer, serial, SANs).
 	Claims map[string]any `json:"claims,omitempty"`
 	// AuthMethod is how the client was authenticated: "api_key", "jwt",
-	// or "none" when no credentials were checked (a configured principal).
+	// "mtls" (client certificate), or "none" when no credentials were checked (a configured principal).
 	AuthMethod string `json:"auth_method"`
 	// Transport is the downstream transport: "stdio", "streamable-http",
 	// "sse" (legacy HTTP+SSE), "rest" (the REST face) or "api" (the Go

@@ -417,10 +417,11 @@ func (c *canonicalizer) unicodeEscape(i int) (rune, int, bool) {
 }
 
 // appendString appends s (valid UTF-8) as a canonical JSON string.
-func appendString(dst, s []byte) []byte {
+func appendString[S ~string | ~[]byte](dst []byte, s S) []byte {
 	dst = append(dst, '"')
 	last := 0
-	for i, b := range s {
+	for i := 0; i < len(s); i++ {
+		b := s[i]
 		if b >= 0x20 && b != '"' && b != '\\' {
 			continue
 		}

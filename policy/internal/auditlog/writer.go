@@ -135,6 +135,30 @@ func (w *Writer) Append(event []byte) error {
 	if rec.prevAt < 0 || rec.hash != "" {
 		return errors.New("encode record: event carries its own hash fields")
 	}
+	return w.append(rec)
+}
+
+// ErrRejected is AppendValue's answer when accept refused the record.
+var ErrRejected = errors.New("record rejected")
+
+// AppendValue is Append of v's JSON encoding (as json.Marshal would
+// encode it), written directly in the canonical form, without the
+// intermediate text Append would canonicalize. accept, when not nil, sees
+// the canonical record first and can refuse it (ErrRejected, nothing
+// written).
+func (w *Writer) AppendValue(v any, accept func(canonical []byte) bool) error {
+	rec, err := encodeRecord(make([]byte, 0, 2048), v)
+	if err != nil {
+		return fmt.Errorf("encode record: %w", err)
+	}
+	if accept != nil && !accept(rec.canonical) {
+		return ErrRejected
+	}
+	return w.append(rec)
+}
+
+// append chains and writes rec, canonical with a placeholder prev_hash.
+func (w *Writer) append(rec record) error {
 	line := rec.canonical
 
 	w.mu.Lock()

@@ -1,0 +1,146 @@
+package auditlog
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// randomDoc is a random JSON-like document: nested maps and slices,
+// strings with escapes, control characters, non-ASCII, invalid UTF-8 and
+// U+2028, numbers of every shape, json.Number, booleans and nulls.
+func randomDoc(r *rand.Rand, depth int) any {
+	k := r.IntN(10)
+	if depth > 4 {
+		k = r.IntN(6)
+	}
+	switch k {
+	case 0:
+		return nil
+	case 1:
+		return r.IntN(2) == 0
+	case 2:
+		return randomString(r)
+	case 3:
+		return []float64{0, -0.0, 1e-7, 1e21, 123456789.125, math.MaxFloat64, math.SmallestNonzeroFloat64, -3.5e-300, 1e20}[r.IntN(9)] * float64(r.IntN(3)-1)
+	case 4:
+		return json.Number([]string{"1", "-0", "1.50", "2e10", "1E-3", "12345678901234567890"}[r.IntN(6)])
+	case 5:
+		return r.Int64() - r.Int64()
+	case 6, 7:
+		m := map[string]any{}
+		for range r.IntN(6) {
+			m[randomString(r)] = randomDoc(r, depth+1)
+		}
+		return m
+	default:
+		s := make([]any, r.IntN(5))
+		for i := range s {
+			s[i] = randomDoc(r, depth+1)
+		}
+		return s
+	}
+}
+
+func randomString(r *rand.Rand) string {
+	parts := []string{"a", "Z", "é", "日本", "😀", "\"", "\\", "/", "<", ">", "&", "\n", "\t", "\b", "\f", "\r", "\x00", "\x1f", "\x7f", "\u2028", "\u2029", "\xff", "\xc3", "hash", "prev_hash", " "}
+	var b strings.Builder
+	for range r.IntN(6) {
+		b.WriteString(parts[r.IntN(len(parts))])
+	}
+	return b.String()
+}
+
+// TestAppendCanonicalEqualsMarshalThenCanonicalize: over random documents,
+// encoding directly gives exactly the bytes of json.Marshal followed by
+// canonicalization.
+func TestAppendCanonicalEqualsMarshalThenCanonicalize(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 2026))
+	for i := range 20000 {
+		doc := map[string]any{"doc": randomDoc(r, 0)}
+		marshalled, err := json.Marshal(doc)
+		require.NoError(t, err)
+		want, wantErr := canonicalRecord(nil, marshalled)
+		got, err := AppendCanonical(nil, doc)
+		if wantErr != nil {
+			// Keys that differ only in invalid UTF-8 collide once both
+			// are repaired: refused either way.
+			require.ErrorContains(t, wantErr, "duplicate key")
+			require.ErrorContains(t, err, "duplicate key")
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, string(want.canonical), string(got), "document %d: %s", i, marshalled)
+	}
+}
+
+type embedded struct {
+	A string `json:"a"`
+	B int    `json:"b,omitempty"`
+}
+
+type shadow struct {
+	A string `json:"a"`
+}
+
+type structDoc struct {
+	embedded
+	*shadow  `json:"shadow,omitempty"`
+	Z        string `json:"z"`
+	Omitted  string `json:"-"`
+	Untagged float32
+	Empty    []string          `json:"empty,omitempty"`
+	NilSlice []string          `json:"nil_slice"`
+	Bytes    []byte            `json:"bytes"`
+	Raw      json.RawMessage   `json:"raw"`
+	Ptr      *int              `json:"ptr"`
+	IntKeys  map[int]string    `json:"int_keys"`
+	Zero     struct{ X int }   `json:"zero,omitzero"`
+	Nested   map[string]any    `json:"nested"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	private  string
+}
+
+func TestAppendCanonicalStructsAsEncodingJSON(t *testing.T) {
+	seven := 7
+	for _, v := range []any{
+		structDoc{embedded: embedded{A: "x", B: 2}, shadow: &shadow{A: "s"}, Z: "z", Omitted: "no", Untagged: 1.25,
+			Bytes: []byte("\x00bytes"), Raw: json.RawMessage(`{ "b": 1, "a": [1.50, "\u00e9"] }`), Ptr: &seven,
+			IntKeys: map[int]string{10: "ten", -1: "minus one", 2: "two"}, Nested: map[string]any{"k": []any{nil, true}}, private: "p"},
+		structDoc{Raw: json.RawMessage(`null`)},
+		&structDoc{Raw: json.RawMessage(`[]`), Labels: map[string]string{}},
+	} {
+		marshalled, err := json.Marshal(v)
+		require.NoError(t, err)
+		want, err := canonicalRecord(nil, marshalled)
+		require.NoError(t, err)
+		got, err := AppendCanonical(nil, v)
+		require.NoError(t, err)
+		require.Equal(t, string(want.canonical), string(got), "%s", marshalled)
+	}
+}
+
+func TestEncodeRecordPlacesPrevHash(t *testing.T) {
+	for _, v := range []any{
+		map[string]any{"a": 1, "z": 2},
+		map[string]any{},
+		map[string]any{"zz": 1},
+		map[string]any{"a": 1},
+	} {
+		marshalled, _ := json.Marshal(v)
+		want, err := canonicalRecord(nil, withPrevPlaceholder(nil, marshalled))
+		require.NoError(t, err)
+		got, err := encodeRecord(nil, v)
+		require.NoError(t, err)
+		require.Equal(t, string(want.canonical), string(got.canonical))
+		require.Equal(t, want.prevAt, got.prevAt)
+	}
+	_, err := encodeRecord(nil, map[string]any{"hash": "x"})
+	require.Error(t, err)
+	_, err = encodeRecord(nil, []int{1})
+	require.Error(t, err)
+}
