@@ -161,7 +161,7 @@ func TestMTLSClientCertificateNamesThePrincipal(t *testing.T) {
 	f := newMTLSFixture(t, false)
 	cfg := authConfig("")
 	cfg.JWT = JWTConfig{}
-	var oplog lockedBuffer
+	var oplog syncBuffer
 	g, log := startGateway(t, &Config{Servers: []ServerConfig{demoServer(t)}, Auth: cfg,
 		Listeners: []ListenerConfig{{HTTP: "127.0.0.1:0", TLS: &f.tls}}},
 		WithPolicy(rego.Demo()), WithLogger(slog.New(slog.NewTextHandler(&oplog, nil))))
