@@ -72,3 +72,35 @@ test_malformed_block_pattern_blocks_everything if {
 test_malformed_allow_pattern_exposes_nothing if {
 	decide(list_of("badallow", "echo")).allow == false
 }
+
+# The fast path of matches and spares: for every simple pattern (a literal,
+# or a literal and one "*") built from these pieces, and every name,
+# simple_match says what glob.match says; patterns with other glob syntax
+# are not simple, so they go to glob.match itself.
+glob_pieces := ["", "a", "read_", "file.txt", "a/b", "x-y", "a,b", "}", "]", "!", "-", "a b", "Ü", ".", "*", "?", "\\", "[a]", "{a,b}"]
+
+glob_names := {concat("", [a, b]) | some a in glob_pieces; some b in ["", "a", "_x", "/"]}
+
+test_simple_glob_match_equals_glob_match if {
+	patterns := {concat("", [a, b, s]) | some a in glob_pieces; some b in ["", "_x", ".", "Ü"]; some s in ["", "*"]}
+	simple := {p | some p in patterns; warden.simple_glob(p)}
+	count(simple) > 60
+	every p in simple {
+		every n in glob_names {
+			glob.match(p, null, n) == fast_match(p, n)
+		}
+	}
+}
+
+fast_match(p, n) := true if {
+	warden.simple_match(p, n)
+} else := false
+
+test_glob_syntax_is_not_simple if {
+	every p in ["a*b", "*a", "a?", "[ab]", "{a,b}", "a\\*", "a**", "a,b", "!a", 7, null] {
+		not warden.simple_glob(p)
+	}
+	every p in ["", "*", "read_", "read_*", "a.b/c-d *"] {
+		warden.simple_glob(p)
+	}
+}
