@@ -6,7 +6,7 @@ BIN     := bin/mcp-warden
 # Tests run with -race; a slow 2-core CI machine needs a generous timeout.
 TESTFLAGS ?= -race -timeout 20m
 
-.PHONY: all build run test vet deps e2e policy-test bench bench-engines bench-log bench-spawn conformance-mcp conformance-opa clean
+.PHONY: all build run test vet deps e2e policy-test bench bench-engines bench-list bench-log bench-spawn conformance-mcp conformance-opa clean
 
 all: build
 
@@ -49,7 +49,7 @@ conformance-opa:
 	rm -f $$summary $$summary.log; exit $$status
 
 # Every benchmark target; each measures against its own baseline in the same run.
-bench: bench-engines bench-log bench-spawn
+bench: bench-engines bench-list bench-log bench-spawn
 
 # One tools/call decision of the default policy through (a) our Wasm host,
 # (b) OPA's rego.Target("wasm"), (c) OPA's topdown prepared query, in one
@@ -57,6 +57,12 @@ bench: bench-engines bench-log bench-spawn
 bench-engines:
 	@out=$$(mktemp); $(GO) test -run '^$$' -bench 'BenchmarkToolsCallDecision' -count 5 ./policy/ >$$out; status=$$?; \
 	cat $$out; awk -f .ci/bench-medians.awk $$out; rm -f $$out; exit $$status
+
+# One tools/list of 1,000 tools for one principal through the Decider, logged
+# to a file, per engine: cold (empty exposure cache) and warm (the same list
+# again), in one run.
+bench-list:
+	$(GO) test -run '^$$' -bench 'BenchmarkToolsListExposure' -benchtime 10x -count 3 ./policy/
 
 # Only the end-to-end tests (real servers, real clients, the built binary).
 e2e: deps

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -142,4 +143,83 @@ func BenchmarkToolsCallDecision(b *testing.B) {
 			allowed(b, v)
 		}
 	})
+}
+
+// BenchmarkToolsListExposure is one tools/list of 1,000 tools for one
+// principal through Decider.DecideExposure, logged to a file under the
+// default fsync policy, for each engine: cold (a new Decider, so an empty
+// cache: every tool evaluated) and warm (the same list again, later and
+// with new request ids: every tool from the cache). `make bench-list` runs
+// it.
+func BenchmarkToolsListExposure(b *testing.B) {
+	ctx := context.Background()
+	data := map[string]any{"warden": map[string]any{"servers": map[string]any{
+		"files": map[string]any{"allow": []any{"read_*", "list_*", "tool_1*"}, "block": []any{"read_secret*"}},
+	}}}
+	inputs := make([]policy.Input, 1000)
+	for i := range inputs {
+		name := fmt.Sprintf("tool_%d", i)
+		switch i % 4 {
+		case 1:
+			name = fmt.Sprintf("read_%d", i)
+		case 2:
+			name = fmt.Sprintf("read_secret_%d", i)
+		}
+		def := map[string]any{"name": name, "description": "Tool number " + name + " of the benchmark server.",
+			"inputSchema": map[string]any{"type": "object", "properties": map[string]any{"path": map[string]any{"type": "string"}}}}
+		sum, err := policy.DefinitionHash(def)
+		require.NoError(b, err)
+		inputs[i] = input(policy.ActionToolsList, name, nil)
+		inputs[i].Tool.Description, inputs[i].Tool.InputSchema, inputs[i].Tool.SHA256 = def["description"].(string), def["inputSchema"], sum
+	}
+	exposed := func(b *testing.B, decisions []policy.Decision) {
+		n := 0
+		for _, d := range decisions {
+			if d.Allow {
+				n++
+			}
+		}
+		if n != 250+55 { // read_<1 mod 4>, and tool_1* among tool_<0 or 3 mod 4>
+			b.Fatalf("%d tools exposed, want 305", n)
+		}
+	}
+	engines := map[string]func(b *testing.B) policy.Engine{
+		"ours": func(b *testing.B) policy.Engine {
+			return newWasmEngine(b, rego.Default(), data, policy.WasmOptions{Instances: 1})
+		},
+		"opa_topdown": func(b *testing.B) policy.Engine {
+			e, err := policy.NewRegoEngine(ctx, rego.Default(), data)
+			require.NoError(b, err)
+			return e
+		},
+	}
+	for _, name := range []string{"ours", "opa_topdown"} {
+		engine := engines[name](b)
+		l, err := policy.OpenDecisionLog(filepath.Join(b.TempDir(), "decisions.log"), policy.DecisionLogOptions{
+			Labels: map[string]string{"id": "bench", "version": "bench"}, Revision: engine.Revision()})
+		require.NoError(b, err)
+		b.Cleanup(func() { l.Close() })
+		request := 0
+		next := func() []policy.Input {
+			request++
+			at, id := policy.Timestamp(time.Now()), fmt.Sprint(request)
+			for i := range inputs {
+				inputs[i].Time, inputs[i].RequestID = at, id
+			}
+			return inputs
+		}
+		b.Run(name+"/cold", func(b *testing.B) {
+			for b.Loop() {
+				exposed(b, policy.NewDecider(engine, l).DecideExposure(ctx, next()))
+			}
+		})
+		b.Run(name+"/warm", func(b *testing.B) {
+			d := policy.NewDecider(engine, l)
+			require.True(b, d.CachesExposure())
+			d.DecideExposure(ctx, next())
+			for b.Loop() {
+				exposed(b, d.DecideExposure(ctx, next()))
+			}
+		})
+	}
 }

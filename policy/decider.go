@@ -11,15 +11,31 @@ import (
 // Input, turns the result into a Decision (denying on any error), and writes
 // the decision to the DecisionLog before returning it. It is safe for
 // concurrent use.
+//
+// The exposure decisions of DecideExposure are cached when the engine is
+// one of this package's (NewRegoEngine, NewWasmEngine) and its policy
+// provably depends on nothing that differs between two identical requests:
+// it reads none of VolatileInputFields and calls no non-deterministic
+// builtin. The cache lives as long as the Decider: a new policy or new data
+// means a new Decider.
 type Decider struct {
 	engine Engine
 	log    *DecisionLog
+	cache  *listCache // nil when the policy's decisions may not be reused
 }
 
 // NewDecider returns a Decider that evaluates with engine and logs to log.
 func NewDecider(engine Engine, log *DecisionLog) *Decider {
-	return &Decider{engine: engine, log: log}
+	d := &Decider{engine: engine, log: log}
+	if e, ok := engine.(cacheableEngine); ok && e.cacheable() {
+		d.cache = newListCache()
+	}
+	return d
 }
+
+// CachesExposure reports whether DecideExposure reuses decisions (see
+// Decider).
+func (d *Decider) CachesExposure() bool { return d.cache != nil }
 
 // Revision identifies the policy and data decisions are made with.
 func (d *Decider) Revision() string { return d.engine.Revision() }
@@ -44,15 +60,34 @@ func (d *Decider) Decide(ctx context.Context, in Input) Decision {
 // list action) is exposed. It writes one log event that
 // carries every tool's decision and reason, and returns the decisions in the
 // order of inputs. If the log cannot be written nothing is exposed.
+//
+// Decisions served from the cache (see Decider) are logged like the others;
+// the event's metrics.cache_hits counts them. Decisions returned may share
+// their Extra maps with earlier calls: treat them as read-only.
 func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision {
 	start := time.Now()
 	decisions := make([]Decision, len(inputs))
 	errs := make([]error, len(inputs))
+	hit := make([]bool, len(inputs))
+	var keys []listKey
+	hits := 0
+	if d.cache != nil {
+		keys = d.cache.keys(inputs)
+		hits = d.cache.lookup(keys, decisions, hit)
+	}
 	for i, in := range inputs {
-		decisions[i], errs[i] = d.evaluate(ctx, in)
+		if !hit[i] {
+			decisions[i], errs[i] = d.evaluate(ctx, in)
+		}
+	}
+	if d.cache != nil && hits < len(inputs) {
+		d.cache.store(keys, decisions, errs, hit)
 	}
 	eval := time.Since(start)
 	ev := d.log.newListEvent(inputs, decisions, errs, time.Since(start), eval)
+	if d.cache != nil {
+		ev.Metrics["cache_hits"] = int64(hits)
+	}
 	if err := d.log.write(ctx, ev); err != nil {
 		for i := range decisions {
 			decisions[i] = denyForError(inputs[i].Action, fmt.Errorf("decision log: %w", err))

@@ -77,7 +77,7 @@ func NewWasmEngine(ctx context.Context, wp *rego.WasmPolicy, data map[string]any
 		_ = module.Close(ctx)
 		return nil, fmt.Errorf("wasm engine: %w", err)
 	}
-	return &wasmEngine{module: module, pool: pool, revision: wp.Revision}, nil
+	return &wasmEngine{module: module, pool: pool, revision: wp.Revision, reusable: !wp.Volatile(VolatileInputFields...)}, nil
 }
 
 // CompileWasm compiles p's decision entry point to WebAssembly for
@@ -91,7 +91,10 @@ type wasmEngine struct {
 	module   *wasm.Module
 	pool     *wasm.Pool
 	revision string
+	reusable bool // as regoEngine.reusable; false for a prebuilt module
 }
+
+func (e *wasmEngine) cacheable() bool { return e.reusable }
 
 func (e *wasmEngine) Evaluate(ctx context.Context, input []byte) (any, error) {
 	out, err := e.pool.Eval(ctx, input)

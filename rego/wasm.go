@@ -35,6 +35,8 @@ type WasmPolicy struct {
 	// Revision identifies the policy: the Policy's revision when compiled
 	// from one, else the hex sha256 of the module and data.
 	Revision string
+	// source is the Policy compiled from, nil for a prebuilt module.
+	source *Policy
 }
 
 // ErrNoWasmModule is returned by LoadWasm for a policy without policy.wasm
@@ -74,7 +76,7 @@ func CompileWasm(ctx context.Context, p *Policy, entrypoint string, refuse []str
 	if len(out.WasmModules) != 1 {
 		return nil, fmt.Errorf("compile %s to wasm: OPA built %d modules, want 1", ep, len(out.WasmModules))
 	}
-	return &WasmPolicy{Module: out.WasmModules[0].Raw, Entrypoints: []string{ep}, Data: p.data, Revision: p.revision}, nil
+	return &WasmPolicy{Module: out.WasmModules[0].Raw, Entrypoints: []string{ep}, Data: p.data, Revision: p.revision, source: p}, nil
 }
 
 // slashEntrypoint turns data.a.b into a/b; a/b is kept.
@@ -160,4 +162,13 @@ func (wp *WasmPolicy) DataJSON(data map[string]any) ([]byte, error) {
 		return nil, fmt.Errorf("data: %w (set by both the policy and the gateway)", err)
 	}
 	return json.Marshal(merged)
+}
+
+// Volatile is Policy.Volatile of the policy wp was compiled from; a
+// prebuilt module (LoadWasm), whose source is unknown, is volatile.
+func (wp *WasmPolicy) Volatile(fields ...string) bool {
+	if wp == nil || wp.source == nil {
+		return true
+	}
+	return wp.source.Volatile(fields...)
 }

@@ -72,3 +72,30 @@ test_malformed_block_pattern_blocks_everything if {
 test_malformed_allow_pattern_exposes_nothing if {
 	decide(list_of("badallow", "echo")).allow == false
 }
+
+# The fast path of matches and spares: for every simple pattern (a literal,
+# or a literal and one "*") among these pieces, and every name,
+# simple_match says what glob.match says; patterns with other glob syntax
+# are not simple, so they go to glob.match itself.
+glob_pieces := ["", "a", "read_", "file.txt", "a/b", "x-y", "a,b", "}", "]", "!", "-", "a b", "Ü", ".", "*", "?", "\\", "[a]", "{a,b}"]
+
+glob_names := {n | some n in glob_pieces} | {"read_file", "a/b/c", "x-y.z", "file.txt.bak", "Üb"}
+
+test_simple_glob_match_equals_glob_match if {
+	patterns := {concat("", [a, s]) | some a in glob_pieces; some s in ["", "*"]}
+	simple := {p | some p in patterns; warden.simple_glob(p)}
+	count(simple) > 15
+	globbed := {[p, n] | some p in simple; some n in glob_names; glob.match(p, null, n)}
+	fast := {[p, n] | some p in simple; some n in glob_names; warden.simple_match(p, n)}
+	count(globbed) > 0
+	globbed == fast
+}
+
+test_glob_syntax_is_not_simple if {
+	every p in ["a*b", "*a", "a?", "[ab]", "{a,b}", "a\\*", "a**", "a,b", "!a", 7, null] {
+		not warden.simple_glob(p)
+	}
+	every p in ["", "*", "read_", "read_*", "a.b/c-d *"] {
+		warden.simple_glob(p)
+	}
+}
