@@ -6,7 +6,7 @@ BIN     := bin/mcp-warden
 # Tests run with -race; a slow 2-core CI machine needs a generous timeout.
 TESTFLAGS ?= -race -timeout 20m
 
-.PHONY: all build run test vet deps e2e policy-test bench bench-engines bench-list bench-log bench-spawn conformance-mcp conformance-opa clean
+.PHONY: all build run test vet deps e2e policy-test bench bench-engines bench-list bench-log bench-spawn bench-proxy conformance-mcp conformance-opa clean
 
 all: build
 
@@ -49,7 +49,7 @@ conformance-opa:
 	rm -f $$summary $$summary.log; exit $$status
 
 # Every benchmark target; each measures against its own baseline in the same run.
-bench: bench-engines bench-list bench-log bench-spawn
+bench: bench-engines bench-list bench-log bench-spawn bench-proxy
 
 # One tools/call decision of the default policy through (a) our Wasm host,
 # (b) OPA's rego.Target("wasm"), (c) OPA's topdown prepared query, in one
@@ -80,6 +80,13 @@ bench-log:
 # Confined vs bare spawn-to-ready of the same server, in one run.
 bench-spawn:
 	$(GO) test -run '^$$' -bench 'BenchmarkSpawnToReady' -count 3 ./sandbox/
+
+# One tools/call through `mcp-warden serve --stdio` (default policy, decision
+# log to a file) vs straight to the same stdio server, in one run: p50/p99
+# and what the gateway adds; calls per second with 16 concurrent callers and
+# gateway/direct.
+bench-proxy:
+	$(GO) test -run '^$$' -bench 'BenchmarkProxyToolsCall' -benchtime 5000x ./cmd/mcp-warden/
 
 clean:
 	rm -rf bin

@@ -184,13 +184,28 @@ func runConformance(t *testing.T, version, requirements, url string) conformance
 // and returns its endpoint once it answers.
 func startEverythingHTTP(t *testing.T, exe string, stateless bool) string {
 	t.Helper()
+	addr := startOnFreePort(t, func(addr string) *exec.Cmd {
+		return exec.Command(exe, "-http", addr, fmt.Sprintf("-stateless=%v", stateless))
+	})
+	return "http://" + addr + "/mcp"
+}
+
+// startOnFreePort starts the server command makes for a free loopback
+// address, tagged with the test's marker, and returns the address once it
+// accepts connections. The server is killed, and proven gone, when the test
+// ends.
+func startOnFreePort(t *testing.T, command func(addr string) *exec.Cmd) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	cmd := exec.Command(exe, "-http", addr, fmt.Sprintf("-stateless=%v", stateless))
+	cmd := command(addr)
 	key, value := testenv.Marker(t)
-	cmd.Env = append(os.Environ(), key+"="+value)
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, key+"="+value)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -202,12 +217,11 @@ func startEverythingHTTP(t *testing.T, exe string, stateless bool) string {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
-			break
+			return addr
 		}
-		require.True(t, time.Now().Before(deadline), "everything-server did not listen on %s", addr)
+		require.True(t, time.Now().Before(deadline), "%s did not listen on %s", cmd.Path, addr)
 		time.Sleep(20 * time.Millisecond)
 	}
-	return "http://" + addr + "/mcp"
 }
 
 // serveHTTP serves g's HTTP face on a loopback port, as Run does, and

@@ -1,9 +1,14 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -168,7 +173,11 @@ var relayedMethods = map[string]bool{"notifications/message": true, "notificatio
 
 // countingTransport counts the relayed notifications read from the server,
 // in the order the server sent them, so that a request's result can wait
-// for the notifications sent before it.
+// for the notifications sent before it. It wraps stdio and HTTP+SSE
+// connections; a streamable-HTTP connection must stay the SDK's own (the
+// SDK tells it the negotiated version and starts its GET stream through an
+// unexported method a wrapper would hide), so there countingHTTP counts in
+// the response bodies instead.
 type countingTransport struct {
 	mcp.Transport
 	relayed *relayedCounter
@@ -205,4 +214,57 @@ func (c *relayedCounter) wait(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, relayWait)
 	defer cancel()
 	c.inflightCounter.wait(ctx)
+}
+
+// countingHTTP counts the relayed notifications in the SSE responses of a
+// streamable-HTTP server as the SDK reads them, which is before it reads
+// them as messages: a result waits for them all the same.
+type countingHTTP struct {
+	next    http.RoundTripper
+	relayed *relayedCounter
+}
+
+func (t countingHTTP) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	if err == nil && resp.Body != nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		resp.Body = &countingBody{ReadCloser: resp.Body, relayed: t.relayed}
+	}
+	return resp, err
+}
+
+// countingBody scans an SSE stream line by line for data lines holding a
+// relayed notification.
+type countingBody struct {
+	io.ReadCloser
+	relayed *relayedCounter
+	line    []byte // the incomplete last line read so far
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	data := p[:n]
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			b.line = append(b.line, data...)
+			break
+		}
+		b.countLine(append(b.line, data[:i]...))
+		b.line, data = b.line[:0], data[i+1:]
+	}
+	return n, err
+}
+
+func (b *countingBody) countLine(line []byte) {
+	payload, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r"), []byte("data:"))
+	if !ok {
+		return
+	}
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(payload), &msg) == nil && msg.ID == nil && relayedMethods[msg.Method] {
+		b.relayed.add()
+	}
 }

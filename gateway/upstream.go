@@ -138,8 +138,9 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 	if sc.URL != "" {
 		hc := &http.Client{Transport: headerTransport{headers: sc.Headers, next: http.DefaultTransport}}
 		if sc.Transport == RemoteSSE {
-			t = &mcp.SSEClientTransport{Endpoint: sc.URL, HTTPClient: hc}
+			t = countingTransport{Transport: &mcp.SSEClientTransport{Endpoint: sc.URL, HTTPClient: hc}, relayed: &l.relayed}
 		} else {
+			hc.Transport = countingHTTP{next: hc.Transport, relayed: &l.relayed}
 			t = &mcp.StreamableClientTransport{Endpoint: sc.URL, HTTPClient: hc}
 		}
 	} else {
@@ -152,7 +153,7 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 			return nil, err
 		}
 		l.proc = proc
-		t = &mcp.IOTransport{Reader: proc.Stdout(), Writer: proc.Stdin()}
+		t = countingTransport{Transport: &mcp.IOTransport{Reader: proc.Stdout(), Writer: proc.Stdin()}, relayed: &l.relayed}
 		// A server that exits during the handshake must fail it at once,
 		// not after the timeout.
 		var cancel context.CancelFunc
@@ -167,7 +168,7 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 		}()
 	}
 	var err error
-	l.session, err = client.Connect(ctx, countingTransport{Transport: t, relayed: &l.relayed}, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	l.session, err = client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		err = l.cause(err)
 		_ = l.close()

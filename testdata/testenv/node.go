@@ -132,3 +132,23 @@ func Conformance(tb testing.TB, version string) (command string, args []string) 
 	cli := ensureInstalled(tb, filepath.Join(".cache", "conformance", version, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js"))
 	return node, []string{cli}
 }
+
+// Inspector returns how to run the MCP Inspector's CLI
+// (@modelcontextprotocol/inspector, which .ci/install-deps installs under
+// <repo>/.cache/inspector) under Node 22: append the CLI's own arguments
+// (after --cli) to args.
+func Inspector(tb testing.TB) (command string, args []string) {
+	tb.Helper()
+	node := Node(tb)
+	cli := ensureInstalled(tb, filepath.Join(".cache", "inspector", "node_modules", "@modelcontextprotocol", "inspector", "clients", "launcher", "build", "index.js"))
+	return node, []string{cli, "--cli"}
+}
+
+// NodeModules returns the node_modules directory of the npm packages
+// .ci/install-deps installs under <repo>/.cache/npm (the MCP servers and the
+// TypeScript SDK), installing them first if needed: set it as NODE_PATH for
+// a script that requires one of them.
+func NodeModules(tb testing.TB) string {
+	tb.Helper()
+	return filepath.Dir(ensureInstalled(tb, npmBinDir))
+}
