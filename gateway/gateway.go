@@ -351,37 +351,35 @@ func (g *Gateway) ListTools(ctx context.Context, principal policy.Principal) ([]
 	if err != nil {
 		return nil, err
 	}
-	tools := []*mcp.Tool{}
-	for i, ok := range g.decideExposure(ctx, principal, policy.ActionToolsList, len(cat.entries), func(i int, in *policy.Input) {
-		in.Server, in.Tool = cat.entries[i].server, cat.entries[i].input
-	}) {
-		if ok {
-			tools = append(tools, cat.entries[i].exposedTool())
-		}
-	}
-	return tools, nil
+	return exposed(ctx, g, principal, policy.ActionToolsList, cat.entries,
+		func(e *catalogEntry, in *policy.Input) { in.Server, in.Tool = e.server, e.input },
+		(*catalogEntry).exposedTool), nil
 }
 
-// decideExposure decides, as one logged list decision, which of n items
-// principal may see; fill sets each input's server and item.
-func (g *Gateway) decideExposure(ctx context.Context, principal policy.Principal, action policy.Action, n int, fill func(int, *policy.Input)) []bool {
-	if n == 0 {
-		return nil
+// exposed decides, as one logged list decision (action), which of items
+// principal may see, and returns show(item) for each visible one, in order.
+// fill sets an input's server and item.
+func exposed[E, T any](ctx context.Context, g *Gateway, principal policy.Principal, action policy.Action,
+	items []E, fill func(E, *policy.Input), show func(E) T) []T {
+	out := []T{}
+	if len(items) == 0 {
+		return out
 	}
 	meta := requestMetaFrom(ctx)
 	now := policy.Timestamp(time.Now())
 	principal = principalDefaults(principal)
-	inputs := make([]policy.Input, n)
-	for i := range inputs {
+	inputs := make([]policy.Input, len(items))
+	for i, item := range items {
 		inputs[i] = policy.Input{Action: action, Principal: principal, RequestID: meta.requestID, SessionID: meta.sessionID, Time: now}
-		fill(i, &inputs[i])
+		fill(item, &inputs[i])
 	}
 	start := time.Now()
 	decisions := g.decider.DecideExposure(ctx, inputs)
 	g.metrics.observe(action, start, decisions...)
-	out := make([]bool, n)
 	for i, d := range decisions {
-		out[i] = d.Allow
+		if d.Allow {
+			out = append(out, show(items[i]))
+		}
 	}
 	return out
 }

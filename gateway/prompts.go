@@ -17,15 +17,9 @@ func (g *Gateway) ListPrompts(ctx context.Context, principal policy.Principal) (
 	if err != nil {
 		return nil, err
 	}
-	out := []*mcp.Prompt{}
-	for i, ok := range g.decideExposure(ctx, principal, policy.ActionPromptsList, len(cat.prompts), func(i int, in *policy.Input) {
-		in.Server, in.Prompt = cat.prompts[i].server, cat.prompts[i].input
-	}) {
-		if ok {
-			out = append(out, cat.prompts[i].exposedPrompt())
-		}
-	}
-	return out, nil
+	return exposed(ctx, g, principal, policy.ActionPromptsList, cat.prompts,
+		func(e *promptEntry, in *policy.Input) { in.Server, in.Prompt = e.server, e.input },
+		(*promptEntry).exposedPrompt), nil
 }
 
 // GetPrompt gets the prompt exposed as params.Name for principal, after

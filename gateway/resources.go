@@ -17,16 +17,12 @@ func (g *Gateway) ListResources(ctx context.Context, principal policy.Principal)
 	if err != nil {
 		return nil, err
 	}
-	out := []*mcp.Resource{}
-	for i, ok := range g.decideExposure(ctx, principal, policy.ActionResourcesList, len(cat.resources), func(i int, in *policy.Input) {
-		in.Server, in.Resource = cat.resources[i].server, cat.resources[i].input
-	}) {
-		if ok {
-			out = append(out, cat.resources[i].resource)
-		}
-	}
-	return out, nil
+	return exposed(ctx, g, principal, policy.ActionResourcesList, cat.resources,
+		fillResource, func(e *resourceEntry) *mcp.Resource { return e.resource }), nil
 }
+
+// fillResource puts a resource (or template) into a list decision's input.
+func fillResource(e *resourceEntry, in *policy.Input) { in.Server, in.Resource = e.server, e.input }
 
 // ListResourceTemplates returns the resource templates principal may see,
 // decided like resources (action resources/list, resource.template true).
@@ -35,15 +31,8 @@ func (g *Gateway) ListResourceTemplates(ctx context.Context, principal policy.Pr
 	if err != nil {
 		return nil, err
 	}
-	out := []*mcp.ResourceTemplate{}
-	for i, ok := range g.decideExposure(ctx, principal, policy.ActionResourcesList, len(cat.templates), func(i int, in *policy.Input) {
-		in.Server, in.Resource = cat.templates[i].server, cat.templates[i].input
-	}) {
-		if ok {
-			out = append(out, cat.templates[i].template)
-		}
-	}
-	return out, nil
+	return exposed(ctx, g, principal, policy.ActionResourcesList, cat.templates, fillResource,
+		func(e *resourceEntry) *mcp.ResourceTemplate { return e.template }), nil
 }
 
 // ReadResource reads the resource at uri for principal, after policy allows

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -249,6 +250,18 @@ func (u *upstream) relayRequests(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
+// collect follows a paginated list to its end.
+func collect[T any](method string, pages iter.Seq2[T, error]) ([]T, error) {
+	var out []T
+	for item, err := range pages {
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", method, err)
+		}
+		out = append(out, item)
+	}
+	return out, nil
+}
+
 // refresh re-lists what the server offers: its tools, resources and
 // resource templates, and prompts, as asked.
 func (u *upstream) refresh(ctx context.Context, tools, resources, prompts bool) error {
@@ -262,35 +275,24 @@ func (u *upstream) refresh(ctx context.Context, tools, resources, prompts bool) 
 		rs  []*mcp.Resource
 		rts []*mcp.ResourceTemplate
 		ps  []*mcp.Prompt
+		err error
 	)
 	if tools && caps.Tools != nil {
-		for t, err := range s.Tools(ctx, nil) {
-			if err != nil {
-				return fmt.Errorf("tools/list: %w", err)
-			}
-			ts = append(ts, t)
+		if ts, err = collect("tools/list", s.Tools(ctx, nil)); err != nil {
+			return err
 		}
 	}
 	if resources && caps.Resources != nil {
-		for r, err := range s.Resources(ctx, nil) {
-			if err != nil {
-				return fmt.Errorf("resources/list: %w", err)
-			}
-			rs = append(rs, r)
+		if rs, err = collect("resources/list", s.Resources(ctx, nil)); err != nil {
+			return err
 		}
-		for rt, err := range s.ResourceTemplates(ctx, nil) {
-			if err != nil {
-				return fmt.Errorf("resources/templates/list: %w", err)
-			}
-			rts = append(rts, rt)
+		if rts, err = collect("resources/templates/list", s.ResourceTemplates(ctx, nil)); err != nil {
+			return err
 		}
 	}
 	if prompts && caps.Prompts != nil {
-		for p, err := range s.Prompts(ctx, nil) {
-			if err != nil {
-				return fmt.Errorf("prompts/list: %w", err)
-			}
-			ps = append(ps, p)
+		if ps, err = collect("prompts/list", s.Prompts(ctx, nil)); err != nil {
+			return err
 		}
 	}
 	u.mu.Lock()
