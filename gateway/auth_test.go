@@ -97,13 +97,13 @@ func TestAuthenticatedPrincipalsReachPolicyAndLog(t *testing.T) {
 			delete(got, "claims")
 		}
 		assert.Equal(t, want, got)
-		assert.NotContains(t, log.buf.String(), token, "tokens never reach the decision log")
+		assert.NotContains(t, log.String(), token, "tokens never reach the decision log")
 	}
 }
 
 func TestBadCredentialsAre401WithTheReasonLogged(t *testing.T) {
 	iss := authntest.New(t)
-	var oplog syncBuffer
+	var oplog testenv.Buffer
 	g, _ := startGateway(t, &Config{Servers: []ServerConfig{demoServer(t)}, Auth: authConfig(iss.Serve())},
 		WithPolicy(rego.Demo()), WithLogger(slog.New(slog.NewTextHandler(&oplog, nil))))
 	url := serveAuthenticated(t, g)
@@ -194,6 +194,6 @@ func TestE2EClientTokenNeverReachesTheUpstream(t *testing.T) {
 		res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "everything__echo", Arguments: map[string]any{"message": "ping"}})
 		require.NoError(t, err)
 		assert.NotContains(t, text(t, res), token)
-		assert.NotContains(t, log.buf.String(), token)
+		assert.NotContains(t, log.String(), token)
 	}
 }

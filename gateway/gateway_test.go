@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,23 +28,12 @@ import (
 var alice = policy.Principal{ID: "alice"}
 
 // decisionLog collects decision events written by a gateway under test.
-type decisionLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *decisionLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type decisionLog struct{ testenv.Buffer }
 
 func (l *decisionLog) events(t *testing.T) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(l.buf.Bytes()))
+	sc := bufio.NewScanner(bytes.NewReader(l.Bytes()))
 	sc.Buffer(nil, 4<<20)
 	for sc.Scan() {
 		var ev map[string]any
@@ -404,10 +392,8 @@ func TestSecretsNeverReachTheLog(t *testing.T) {
 	res, err := g.CallTool(context.Background(), alice, "demo__echo", map[string]any{"message": "token is hunter2-very-secret"})
 	require.NoError(t, err)
 	assert.Equal(t, "token is hunter2-very-secret", text(t, res))
-	log.mu.Lock()
-	defer log.mu.Unlock()
-	assert.NotContains(t, log.buf.String(), "hunter2")
-	assert.Contains(t, log.buf.String(), "token is [REDACTED]")
+	assert.NotContains(t, log.String(), "hunter2")
+	assert.Contains(t, log.String(), "token is [REDACTED]")
 }
 
 func TestClosedGatewayRefusesCalls(t *testing.T) {

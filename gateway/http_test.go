@@ -251,7 +251,7 @@ func connectInMemory(t *testing.T, ctx context.Context, g *Gateway, version stri
 // TestE2EShutdownFinishesInFlightCalls stops Run while a call is in flight:
 // the call completes, then Run returns.
 func TestE2EShutdownFinishesInFlightCalls(t *testing.T) {
-	var logBuf syncBuffer
+	var logBuf testenv.Buffer
 	cfg := &Config{Naming: NamingFirst, Servers: []ServerConfig{everythingStdio(t)}, Listeners: []ListenerConfig{{HTTP: "127.0.0.1:0"}}}
 	g, _ := startGateway(t, cfg, WithLogger(slog.New(slog.NewTextHandler(&logBuf, nil))))
 	runCtx, stopRun := context.WithCancel(context.Background())
@@ -291,21 +291,4 @@ func TestE2EShutdownFinishesInFlightCalls(t *testing.T) {
 		resp.Body.Close()
 	}
 	assert.Error(t, err, "the listener is closed")
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/mcp-warden/mcp-warden/policy"
 	"github.com/mcp-warden/mcp-warden/rego"
+	"github.com/mcp-warden/mcp-warden/testdata/testenv"
 )
 
 // testCA is a certificate authority made for one test.
@@ -161,7 +162,7 @@ func TestMTLSClientCertificateNamesThePrincipal(t *testing.T) {
 	f := newMTLSFixture(t, false)
 	cfg := authConfig("")
 	cfg.JWT = JWTConfig{}
-	var oplog syncBuffer
+	var oplog testenv.Buffer
 	g, log := startGateway(t, &Config{Servers: []ServerConfig{demoServer(t)}, Auth: cfg,
 		Listeners: []ListenerConfig{{HTTP: "127.0.0.1:0", TLS: &f.tls}}},
 		WithPolicy(rego.Demo()), WithLogger(slog.New(slog.NewTextHandler(&oplog, nil))))
@@ -214,7 +215,7 @@ func TestMTLSClientCertificateNamesThePrincipal(t *testing.T) {
 	assert.Contains(t, oplog.String(), "no credentials", "without certificate or token, bearer auth refuses")
 
 	// No secret or key material in either log.
-	for _, logged := range []string{log.buf.String(), oplog.String()} {
+	for _, logged := range []string{log.String(), oplog.String()} {
 		assert.NotContains(t, logged, "PRIVATE KEY")
 		assert.NotContains(t, logged, string(f.serverKey))
 		assert.NotContains(t, logged, string(f.clientKey))

@@ -455,7 +455,7 @@ echo ok >> notes.txt && echo wrote-notes`, work)
 		}
 	})
 	escapeCase(t, 38, "grandchild_holding_stdout", func(t *testing.T) {
-		var stderr syncBuffer
+		var stderr testenv.Buffer
 		p := strong(t, sandbox.Spec{Command: "sh", Args: []string{"-c", "echo x >&2; sleep 1001 &"}, Stderr: &stderr})
 		waitDone(t, p)
 	})

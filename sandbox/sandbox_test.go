@@ -561,28 +561,11 @@ func TestConcurrentSpawns(t *testing.T) {
 	})
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // Stderr reaches a plain io.Writer, and the copying goroutine ends even when
 // a background process of the server still holds the pipe (goleak checks).
 func TestStderrToWriter(t *testing.T) {
 	forEachMode(t, func(t *testing.T, pidns bool) {
-		var stderr syncBuffer
+		var stderr testenv.Buffer
 		p, _, _ := spawn(t, pidns, sandbox.Spec{
 			Command: "sh",
 			Args:    []string{"-c", "echo diagnostics >&2; sleep 1001 &"},
