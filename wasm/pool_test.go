@@ -3,6 +3,7 @@ package wasm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,6 +68,15 @@ func TestEvalReturnsTheEntrypointValue(t *testing.T) {
 func TestLoadErrors(t *testing.T) {
 	ctx := context.Background()
 	_, err := Compile(ctx, []byte("not wasm at all"), CompileOptions{})
+	require.ErrorContains(t, err, "not a valid WebAssembly module")
+
+	// A function whose type index is out of range, called: wazero's
+	// validator panics on it.
+	_, err = Compile(ctx, []byte("\x00asm\x01\x00\x00\x00"+
+		"\x01\x04\x01\x60\x00\x00"+ // types: () -> ()
+		"\x03\x03\x02\x00\x05"+ // functions: type 0, type 5
+		"\x0a\x09\x02\x04\x00\x10\x01\x0b\x02\x00\x0b"), // code: call 1; (empty)
+		CompileOptions{})
 	require.ErrorContains(t, err, "not a valid WebAssembly module")
 
 	// A valid Wasm module that is not an OPA policy.
@@ -151,6 +161,34 @@ func TestRunawayPolicyTimesOutAndInstanceIsReplaced(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 }
 
+func TestRunawayPolicyInHostBuiltinsIsStopped(t *testing.T) {
+	// Nearly 10^9 sprintf calls, each a call out to Go: the evaluation is
+	// stopped whether the deadline finds it in Wasm or in a builtin.
+	mod := buildWasm(t, `package t
+p if {
+	some a in numbers.range(1, 30000)
+	some b in numbers.range(1, 30000)
+	sprintf("%d-%d", [a, b]) == "x"
+}
+`, "t/p")
+	p := newPool(t, mod, PoolOptions{Entrypoint: "t/p", Size: 1, Timeout: 100 * time.Millisecond})
+	start := time.Now()
+	_, err := p.Eval(context.Background(), []byte(`{}`))
+	require.ErrorIs(t, err, ErrTimeout)
+	require.Less(t, time.Since(start), 5*time.Second)
+
+	// The caller's cancellation, with its cause, on the replaced instance.
+	stop := errors.New("client went away")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	time.AfterFunc(20*time.Millisecond, func() { cancel(stop) })
+	_, err = p.Eval(ctx, []byte(`{}`))
+	require.ErrorIs(t, err, stop)
+
+	// A context already done is refused before the evaluation starts.
+	_, err = p.Eval(ctx, []byte(`{}`))
+	require.ErrorIs(t, err, stop)
+}
+
 func TestMemoryHungryPolicyHitsTheLimitAndPoolKeepsServing(t *testing.T) {
 	mod := buildWasm(t, `package t
 p := count(numbers.range(1, to)) if to := input.to
@@ -211,6 +249,37 @@ func TestCompilationCacheDirIsReused(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.NotEmpty(t, entries, "nothing cached")
+}
+
+func TestCompilationCacheDirOthersCanWriteIsRefused(t *testing.T) {
+	mod := buildWasm(t, echoPolicy, "t/p")
+	ctx := context.Background()
+	loose := filepath.Join(t.TempDir(), "loose")
+	require.NoError(t, os.Mkdir(loose, 0o700))
+	require.NoError(t, os.Chmod(loose, 0o777))
+	_, err := Compile(ctx, mod, CompileOptions{CacheDir: loose})
+	require.ErrorContains(t, err, "writable by its group or others (mode 0777)")
+
+	// A loose directory inside a private one (wazero's per-version one).
+	private := filepath.Join(t.TempDir(), "private")
+	require.NoError(t, os.MkdirAll(filepath.Join(private, "wazero-x"), 0o700))
+	require.NoError(t, os.Chmod(filepath.Join(private, "wazero-x"), 0o775))
+	_, err = Compile(ctx, mod, CompileOptions{CacheDir: private})
+	require.ErrorContains(t, err, "wazero-x is writable by its group or others")
+
+	// Someone else's directory.
+	if os.Geteuid() == 0 {
+		theirs := filepath.Join(t.TempDir(), "theirs")
+		require.NoError(t, os.Mkdir(theirs, 0o700))
+		require.NoError(t, os.Chown(theirs, 65534, 65534))
+		_, err = Compile(ctx, mod, CompileOptions{CacheDir: theirs})
+		require.ErrorContains(t, err, "belongs to uid 65534")
+	}
+
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	_, err = Compile(ctx, mod, CompileOptions{CacheDir: file})
+	require.ErrorContains(t, err, "is not a directory")
 }
 
 // withABIVersion returns mod with its ABI version globals set to
