@@ -144,9 +144,13 @@ func (p *Pool) Eval(ctx context.Context, input []byte) ([]byte, error) {
 	now := time.Now()
 	var in *host.Instance
 	select {
-	case in = <-p.free:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("wait for a wasm instance: %w", context.Cause(ctx))
+	case in = <-p.free: // most often an instance is free: no need to watch ctx
+	default:
+		select {
+		case in = <-p.free:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for a wasm instance: %w", context.Cause(ctx))
+		}
 	}
 	if in == nil { // a slot whose instance was discarded
 		var err error

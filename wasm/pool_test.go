@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -208,32 +209,49 @@ p := count(numbers.range(1, to)) if to := input.to
 	require.ErrorIs(t, err, ErrMemoryLimit)
 }
 
+// TestMemoryStaysFlatAcrossEvaluations runs flatEvaluations evaluations
+// (1,000,000 with the conformance build tag, as `make conformance-opa`
+// runs it, without -race) calling a host builtin and under a caller's
+// context that can be cancelled: neither the instance's memory nor the Go
+// heap may grow.
 func TestMemoryStaysFlatAcrossEvaluations(t *testing.T) {
 	mod := buildWasm(t, `package t
 p := {"n": count(input.items), "s": sprintf("%d", [count(input.items)]), "u": {x | some x in input.items}} if input.items
 `, "t/p")
 	p := newPool(t, mod, PoolOptions{Entrypoint: "t/p", Size: 1})
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	in := []byte(`{"items":["a","b","c","d","e","f","g"]}`)
 	eval := func() {
-		_, err := p.Eval(ctx, in)
-		require.NoError(t, err)
+		if _, err := p.Eval(ctx, in); err != nil {
+			t.Fatal(err)
+		}
 	}
-	eval()
 	pages := func() uint32 {
 		in := <-p.free
 		defer func() { p.free <- in }()
 		return in.MemoryPages()
 	}
-	first := pages()
-	n := 50_000
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	n := flatEvaluations
 	if testing.Short() || raceEnabled {
 		n = 10_000
 	}
+	for range n / 100 { // warm up: instance memory and Go caches at their size
+		eval()
+	}
+	firstPages, firstHeap := pages(), heap()
 	for range n {
 		eval()
 	}
-	require.Equal(t, first, pages(), "memory grew over %d evaluations", n)
+	require.Equal(t, firstPages, pages(), "instance memory grew over %d evaluations", n)
+	lastHeap := heap()
+	require.Less(t, lastHeap, firstHeap+1<<20, "Go heap grew from %d to %d bytes over %d evaluations", firstHeap, lastHeap, n)
 }
 
 func TestCompilationCacheDirIsReused(t *testing.T) {
