@@ -137,8 +137,9 @@ type WasmConfig struct {
 	// policy that needs more is a denial ("policy evaluation exceeded the
 	// memory limit"). Zero means 1024 (64 MiB); at most 65535.
 	MemoryLimitPages int `yaml:"memory_limit_pages" json:"memory_limit_pages"`
-	// CacheDir keeps compiled machine code across restarts. Empty means the
-	// user's cache directory (~/.cache/mcp-warden/wasm), "-" none. An
+	// CacheDir keeps compiled machine code across restarts (relative to
+	// the configuration file). Empty means the user's cache directory
+	// (~/.cache/mcp-warden/wasm), "-" none. An
 	// existing directory must belong to the gateway's user and be writable
 	// by no one else.
 	CacheDir string `yaml:"cache_dir" json:"cache_dir"`
