@@ -13,6 +13,8 @@ package preempt
 import (
 	"errors"
 	"fmt"
+
+	"github.com/mcp-warden/mcp-warden/wasm/internal/wasmbin"
 )
 
 // InterruptExport is the name of the global Instrument adds. Setting it to
@@ -65,11 +67,11 @@ func Instrument(module []byte) ([]byte, error) {
 		// place in the section order.
 		if s.id != sectionCustom {
 			if !sawGlobal && order(s.id) > order(sectionGlobal) {
-				out = appendSection(out, sectionGlobal, appendGlobal(appendU32(nil, 1), nil))
+				out = wasmbin.AppendSection(out, sectionGlobal, appendGlobal(wasmbin.AppendU32(nil, 1), nil))
 				sawGlobal = true
 			}
 			if !sawExport && order(s.id) > order(sectionExport) {
-				out = appendSection(out, sectionExport, appendExport(appendU32(nil, 1), nil, interrupt))
+				out = wasmbin.AppendSection(out, sectionExport, appendExport(wasmbin.AppendU32(nil, 1), nil, interrupt))
 				sawExport = true
 			}
 		}
@@ -79,7 +81,7 @@ func Instrument(module []byte) ([]byte, error) {
 			sawGlobal = true
 			r := reader{b: payload}
 			n := r.u32()
-			payload = appendGlobal(appendU32(nil, n+1), payload[r.pos:])
+			payload = appendGlobal(wasmbin.AppendU32(nil, n+1), payload[r.pos:])
 		case sectionExport:
 			sawExport = true
 			if payload, err = addExport(payload, interrupt); err != nil {
@@ -90,13 +92,13 @@ func Instrument(module []byte) ([]byte, error) {
 				return nil, fmt.Errorf("code section: %w", err)
 			}
 		}
-		out = appendSection(out, s.id, payload)
+		out = wasmbin.AppendSection(out, s.id, payload)
 	}
 	if !sawGlobal {
-		out = appendSection(out, sectionGlobal, appendGlobal(appendU32(nil, 1), nil))
+		out = wasmbin.AppendSection(out, sectionGlobal, appendGlobal(wasmbin.AppendU32(nil, 1), nil))
 	}
 	if !sawExport {
-		out = appendSection(out, sectionExport, appendExport(appendU32(nil, 1), nil, interrupt))
+		out = wasmbin.AppendSection(out, sectionExport, appendExport(wasmbin.AppendU32(nil, 1), nil, interrupt))
 	}
 	return out, nil
 }
@@ -104,7 +106,7 @@ func Instrument(module []byte) ([]byte, error) {
 // interruptCheck is `global.get $interrupt; if; unreachable; end`.
 func interruptCheck(global uint32) []byte {
 	b := []byte{0x23}
-	b = appendU32(b, global)
+	b = wasmbin.AppendU32(b, global)
 	return append(b, 0x04, 0x40, 0x00, 0x0b)
 }
 
@@ -118,9 +120,9 @@ func appendGlobal(b, entries []byte) []byte {
 // appendExport appends existing export entries and the interrupt global's.
 func appendExport(b, entries []byte, global uint32) []byte {
 	b = append(b, entries...)
-	b = appendName(b, InterruptExport)
+	b = wasmbin.AppendName(b, InterruptExport)
 	b = append(b, 0x03)
-	return appendU32(b, global)
+	return wasmbin.AppendU32(b, global)
 }
 
 // addExport adds the interrupt global to an export section, refusing a
@@ -146,7 +148,7 @@ func addExport(payload []byte, global uint32) ([]byte, error) {
 	if r.pos != len(payload) {
 		return nil, errors.New("trailing bytes")
 	}
-	return appendExport(appendU32(nil, n+1), entries, global), nil
+	return appendExport(wasmbin.AppendU32(nil, n+1), entries, global), nil
 }
 
 // countImportedGlobals counts the global imports of an import section.
@@ -186,7 +188,7 @@ func countImportedGlobals(payload []byte) (uint32, error) {
 func instrumentCode(payload, check []byte) ([]byte, error) {
 	r := reader{b: payload}
 	n := r.u32()
-	out := appendU32(make([]byte, 0, len(payload)+len(payload)/16), n)
+	out := wasmbin.AppendU32(make([]byte, 0, len(payload)+len(payload)/16), n)
 	var body []byte
 	for i := range n {
 		size := r.u32()
@@ -198,7 +200,7 @@ func instrumentCode(payload, check []byte) ([]byte, error) {
 		if body, err = instrumentBody(body[:0], code, check); err != nil {
 			return nil, fmt.Errorf("function %d: %w", i, err)
 		}
-		out = appendU32(out, uint32(len(body)))
+		out = wasmbin.AppendU32(out, uint32(len(body)))
 		out = append(out, body...)
 	}
 	if r.err == nil && r.pos != len(payload) {
@@ -287,27 +289,4 @@ func order(id byte) int {
 		return 95 // between element (9) and code (10)
 	}
 	return int(id) * 10
-}
-
-func appendSection(b []byte, id byte, payload []byte) []byte {
-	b = append(b, id)
-	b = appendU32(b, uint32(len(payload)))
-	return append(b, payload...)
-}
-
-func appendName(b []byte, s string) []byte {
-	b = appendU32(b, uint32(len(s)))
-	return append(b, s...)
-}
-
-// appendU32 appends v in unsigned LEB128.
-func appendU32(b []byte, v uint32) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v == 0 {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"go.uber.org/goleak"
+
+	"github.com/mcp-warden/mcp-warden/wasm/internal/wasmbin"
 )
 
 func TestMain(m *testing.M) {
@@ -39,22 +41,22 @@ func runaway() []byte {
 		bodies = append(bodies, []byte{0x10, next, 0x10, next, 0x0b})
 	}
 	bodies = append(bodies, []byte{0x0b})
-	funcs := appendU32(nil, uint32(len(bodies)))
-	code := appendU32(nil, uint32(len(bodies)))
+	funcs := wasmbin.AppendU32(nil, uint32(len(bodies)))
+	code := wasmbin.AppendU32(nil, uint32(len(bodies)))
 	for _, b := range bodies {
 		funcs = append(funcs, 0)
-		code = appendU32(code, uint32(len(b)+1))
+		code = wasmbin.AppendU32(code, uint32(len(b)+1))
 		code = append(append(code, 0), b...) // no locals
 	}
-	exports := appendU32(nil, 4)
+	exports := wasmbin.AppendU32(nil, 4)
 	for i, name := range []string{"spin", "count", "recurse", "fanout"} {
-		exports = append(appendName(exports, name), 0x00, byte(i))
+		exports = append(wasmbin.AppendName(exports, name), 0x00, byte(i))
 	}
 	m := []byte("\x00asm\x01\x00\x00\x00")
-	m = appendSection(m, 1, types)
-	m = appendSection(m, 3, funcs)
-	m = appendSection(m, sectionExport, exports)
-	m = appendSection(m, sectionCode, code)
+	m = wasmbin.AppendSection(m, 1, types)
+	m = wasmbin.AppendSection(m, 3, funcs)
+	m = wasmbin.AppendSection(m, sectionExport, exports)
+	m = wasmbin.AppendSection(m, sectionCode, code)
 	return m
 }
 
@@ -110,7 +112,7 @@ func TestModulesWithoutGlobalsOrExports(t *testing.T) {
 	// The smallest module, and one with a function and nothing exported:
 	// both get a global section and an export section in their place.
 	empty := []byte("\x00asm\x01\x00\x00\x00")
-	withCode := appendSection(appendSection(appendSection(bytes.Clone(empty),
+	withCode := wasmbin.AppendSection(wasmbin.AppendSection(wasmbin.AppendSection(bytes.Clone(empty),
 		1, []byte{1, 0x60, 0, 0}), 3, []byte{1, 0}), sectionCode, []byte{1, 2, 0, 0x0b})
 	for _, m := range [][]byte{empty, withCode} {
 		_, interrupt := instantiate(t, m)
