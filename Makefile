@@ -39,11 +39,12 @@ conformance-mcp: deps
 	@cat .cache/conformance/summary.txt
 
 # OPA's compliance corpus (v0 and v1 cases shipped in the OPA module)
-# through mcp-warden's Wasm host, skips = OPA's exceptions.yaml. Without
-# -race (a build tag keeps it out of ./...); last line: N passed, N failed, N skipped.
+# through mcp-warden's Wasm host, skips = OPA's exceptions.yaml, and the
+# Wasm memory test over a million evaluations. Without -race (a build tag
+# keeps them out of ./...); last line: N passed, N failed, N skipped.
 conformance-opa:
 	@summary=$$(mktemp); \
-	OPA_CONFORMANCE_SUMMARY=$$summary $(GO) test -tags conformance -count=1 -timeout 30m -run TestOPAConformance ./wasm/ >$$summary.log 2>&1; \
+	OPA_CONFORMANCE_SUMMARY=$$summary $(GO) test -tags conformance -count=1 -timeout 30m -run 'TestOPAConformance|TestMemoryStaysFlatAcrossEvaluations' ./wasm/ >$$summary.log 2>&1; \
 	status=$$?; grep -E '^\s*--- FAIL' $$summary.log | head -50; \
 	if [ ! -s $$summary ]; then tail -50 $$summary.log; echo "0 passed, 1 failed, 0 skipped"; status=1; else cat $$summary; fi; \
 	rm -f $$summary $$summary.log; exit $$status

@@ -3,6 +3,7 @@ package gateway
 import (
 	"time"
 
+	"github.com/mcp-warden/mcp-warden/policy"
 	"github.com/mcp-warden/mcp-warden/sandbox"
 )
 
@@ -122,6 +123,39 @@ type PolicyConfig struct {
 	// a bundle built with `opa build -t wasm -e mcp/warden/decision`).
 	// Empty means "rego". Both make the same decisions.
 	Engine string `yaml:"engine" json:"engine"`
+	// Wasm tunes the wasm engine; the zero value is the default.
+	Wasm WasmConfig `yaml:"wasm" json:"wasm"`
+}
+
+// WasmConfig tunes the wasm engine (policy.engine: wasm).
+type WasmConfig struct {
+	// Timeout bounds one evaluation: a policy that runs longer is a denial
+	// ("policy evaluation timed out") and its instance is replaced. Zero
+	// means one second.
+	Timeout time.Duration `yaml:"timeout" json:"timeout"`
+	// MemoryLimitPages caps each instance's memory in 64 KiB pages: a
+	// policy that needs more is a denial ("policy evaluation exceeded the
+	// memory limit"). Zero means 1024 (64 MiB); at most 65535.
+	MemoryLimitPages int `yaml:"memory_limit_pages" json:"memory_limit_pages"`
+	// CacheDir keeps compiled machine code across restarts (relative to
+	// the configuration file). Empty means the user's cache directory
+	// (~/.cache/mcp-warden/wasm), "-" none. An
+	// existing directory must belong to the gateway's user and be writable
+	// by no one else.
+	CacheDir string `yaml:"cache_dir" json:"cache_dir"`
+	// Instances bounds concurrent evaluations (one per instance). Zero
+	// means the number of CPUs the gateway may use (GOMAXPROCS).
+	Instances int `yaml:"instances" json:"instances"`
+}
+
+// options are the engine options of c.
+func (c WasmConfig) options() policy.WasmOptions {
+	return policy.WasmOptions{
+		CacheDir:         c.CacheDir,
+		Instances:        c.Instances,
+		Timeout:          c.Timeout,
+		MemoryLimitPages: uint32(c.MemoryLimitPages),
+	}
 }
 
 // DecisionLogConfig says where decision events are written and how

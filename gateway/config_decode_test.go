@@ -3,6 +3,7 @@ package gateway
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -34,6 +35,10 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"empty YAML", "c.yaml", "# nothing\n", []string{": the file is empty"}},
 		{"two YAML documents", "c.yaml", "servers: [{name: a, command: x}]\n---\nnaming: first\n",
 			[]string{":2: a second YAML document; keep one document"}},
+		{"wasm keys located", "c.yaml", "servers: [{name: a, command: x}]\npolicy:\n  engine: wasm\n  wasm:\n    timeout: 100\n    memory_limit_pages: 70000\n    cache_sir: /x\n",
+			[]string{":5: policy.wasm.timeout: the number 100 is not a duration", ":7: policy.wasm.cache_sir: unknown key; did you mean cache_dir?"}},
+		{"wasm memory cap located", "c.yaml", "servers: [{name: a, command: x}]\npolicy:\n  engine: wasm\n  wasm:\n    memory_limit_pages: 70000\n",
+			[]string{":5: policy.wasm.memory_limit_pages: 70000 is not a number of 64 KiB pages from 1 to 65535"}},
 		{"empty JSON", "c.json", " \n", []string{": the file is empty"}},
 		{"alias loop", "c.yaml", "servers: [&s {name: a, command: x, <<: *s}]\n",
 			[]string{"refers to a value containing itself"}},
@@ -76,6 +81,13 @@ func TestLoadConfigErrors(t *testing.T) {
 			assert.NotEmpty(t, configProblems(t, err))
 		})
 	}
+}
+
+func TestLoadConfigWasmKeys(t *testing.T) {
+	path := writeConfigFile(t, "c.yaml", "servers: [{name: a, command: x}]\npolicy:\n  engine: wasm\n  wasm: {timeout: 250ms, memory_limit_pages: 512, cache_dir: /var/cache/warden, instances: 3}\n")
+	cfg, err := LoadConfig(path)
+	require.NoError(t, err)
+	assert.Equal(t, WasmConfig{Timeout: 250 * time.Millisecond, MemoryLimitPages: 512, CacheDir: "/var/cache/warden", Instances: 3}, cfg.Policy.Wasm)
 }
 
 func TestConfigKeySegmentEnds(t *testing.T) {

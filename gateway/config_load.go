@@ -154,6 +154,9 @@ func (c *Config) resolvePaths(dir string) {
 		c.Servers[i].Cwd = abs(c.Servers[i].Cwd)
 	}
 	c.Policy.Path = abs(c.Policy.Path)
+	if c.Policy.Wasm.CacheDir != "-" {
+		c.Policy.Wasm.CacheDir = abs(c.Policy.Wasm.CacheDir)
+	}
 	c.DecisionLog.Path = abs(c.DecisionLog.Path)
 	c.Auth.JWT.JWKSFile = abs(c.Auth.JWT.JWKSFile)
 }

@@ -86,7 +86,8 @@ func TestLoadConfigValidYAML(t *testing.T) {
 			},
 		}},
 		Naming: NamingFirst,
-		Policy: PolicyConfig{Path: filepath.Join(dir, "policies"), Engine: "rego"},
+		Policy: PolicyConfig{Path: filepath.Join(dir, "policies"), Engine: "wasm", Wasm: WasmConfig{
+			Timeout: 500 * time.Millisecond, MemoryLimitPages: 512, CacheDir: filepath.Join(dir, "cache", "wasm"), Instances: 4}},
 		DecisionLog: DecisionLogConfig{Path: filepath.Join(dir, "logs", "decisions.log"), Fsync: "always",
 			FsyncInterval: 2 * time.Second, MaxBytes: 100 << 20, OnError: "deny",
 			Upload: DecisionLogUploadConfig{URL: "https://logs.example.com/v1", BufferEvents: 5000, Interval: 5 * time.Second}},

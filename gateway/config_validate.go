@@ -205,10 +205,7 @@ func (c *Config) validate() []*ConfigError {
 		bad("naming", fmt.Sprintf("%q is not a naming mode", c.Naming),
 			"use prefix (tools exposed as <server>__<tool>) or first (the server listed first wins a name conflict)")
 	}
-	if c.Policy.Engine != "" && c.Policy.Engine != policy.EngineRego && c.Policy.Engine != policy.EngineWasm {
-		bad("policy.engine", fmt.Sprintf("%q is not a policy engine", c.Policy.Engine),
-			"use rego (OPA's evaluator, the default) or wasm (the policy compiled to WebAssembly)")
-	}
+	c.validatePolicy(bad)
 
 	dl := c.DecisionLog
 	if !slices.Contains([]string{"", "interval", "always", "never"}, dl.Fsync) {
@@ -386,4 +383,38 @@ func (c *Config) Warnings() []string {
 		}
 	}
 	return notes
+}
+
+// validatePolicy checks the policy keys, reporting problems through bad.
+func (c *Config) validatePolicy(bad func(key, problem, fix string)) {
+	if c.Policy.Engine != "" && c.Policy.Engine != policy.EngineRego && c.Policy.Engine != policy.EngineWasm {
+		bad("policy.engine", fmt.Sprintf("%q is not a policy engine", c.Policy.Engine),
+			"use rego (OPA's evaluator, the default) or wasm (the policy compiled to WebAssembly)")
+	}
+	if w := c.Policy.Wasm; w != (WasmConfig{}) {
+		if c.Policy.Engine != policy.EngineWasm {
+			bad("policy.wasm", "set, but policy.engine is not wasm", "add engine: wasm under policy, or remove policy.wasm")
+		}
+		if w.Timeout < 0 {
+			bad("policy.wasm.timeout", fmt.Sprintf("negative (%s)", w.Timeout), `use a duration such as "500ms", or 0 for the default (1s)`)
+		}
+		if w.MemoryLimitPages < 0 || w.MemoryLimitPages > policy.MaxWasmMemoryLimitPages {
+			bad("policy.wasm.memory_limit_pages", fmt.Sprintf("%d is not a number of 64 KiB pages from 1 to %d", w.MemoryLimitPages, policy.MaxWasmMemoryLimitPages),
+				fmt.Sprintf("use e.g. 1024 for 64 MiB, or 0 for the default (%d)", policy.DefaultWasmMemoryLimitPages))
+		}
+		if w.Instances < 0 {
+			bad("policy.wasm.instances", fmt.Sprintf("negative (%d)", w.Instances), "use a positive number of concurrent evaluations, or 0 for one per CPU")
+		}
+	}
+}
+
+// policyProblems checks only the policy keys of c (engine, wasm tuning) as
+// Validate does, for a configuration read for its policy alone (`mcp-warden
+// policy eval`).
+func (c *Config) policyProblems() error {
+	var errs []*ConfigError
+	c.validatePolicy(func(key, problem, fix string) {
+		errs = append(errs, &ConfigError{Source: cmp.Or(c.source, "config"), Key: key, Problem: problem, Fix: fix})
+	})
+	return joinConfigErrors(errs)
 }

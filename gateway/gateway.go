@@ -190,6 +190,18 @@ func (c *Config) withDefaults() *Config {
 	return &d
 }
 
+// NewPolicyEngine prepares the policy engine cfg configures (policy.path,
+// policy.engine, policy.wasm, and the data of its servers), as New does:
+// the same decisions the gateway would make. An engine that holds
+// resources (the wasm engine) is an io.Closer.
+func NewPolicyEngine(ctx context.Context, cfg *Config) (policy.Engine, error) {
+	if err := cfg.policyProblems(); err != nil {
+		return nil, err
+	}
+	engine, _, err := newEngine(ctx, cfg.withDefaults(), nil)
+	return engine, err
+}
+
 // newEngine prepares the configured engine on p, else on the configured
 // policy, else on the embedded default, and returns the Rego source it was
 // built from (nil for a prebuilt Wasm bundle). With the wasm engine, a
@@ -201,7 +213,7 @@ func newEngine(ctx context.Context, cfg *Config, p *rego.Policy) (policy.Engine,
 		wp, err := rego.LoadWasm(cfg.Policy.Path)
 		switch {
 		case err == nil:
-			engine, err := policy.NewWasmEngine(ctx, wp, data, policy.WasmOptions{})
+			engine, err := policy.NewWasmEngine(ctx, wp, data, cfg.Policy.Wasm.options())
 			if err != nil {
 				return nil, nil, fmt.Errorf("policy: %w", err)
 			}
@@ -221,7 +233,7 @@ func newEngine(ctx context.Context, cfg *Config, p *rego.Policy) (policy.Engine,
 		if err != nil {
 			return nil, nil, fmt.Errorf("policy: %w", err)
 		}
-		engine, err := policy.NewWasmEngine(ctx, wp, data, policy.WasmOptions{})
+		engine, err := policy.NewWasmEngine(ctx, wp, data, cfg.Policy.Wasm.options())
 		if err != nil {
 			return nil, nil, fmt.Errorf("policy: %w", err)
 		}

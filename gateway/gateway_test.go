@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -148,6 +149,44 @@ func testDemoPolicyThroughGoAPI(t *testing.T, engine string) {
 	assert.Equal(t, map[string]any{"name": "welcome"}, evs[4]["input"].(map[string]any)["arguments"], "and keeps other arguments")
 	assert.Equal(t, false, denyEv["result"].(map[string]any)["allow"])
 	assert.Equal(t, true, evs[2]["result"].(map[string]any)["hidden"])
+}
+
+// TestE2EPrebuiltWasmBundle serves the demo policy as a bundle built by the
+// real OPA CLI (`opa build -t wasm`), with every policy.wasm key set: the
+// demo's decisions, and compiled code in the configured cache directory.
+func TestE2EPrebuiltWasmBundle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the OPA CLI")
+	}
+	opa := testenv.BuildGo(t, "github.com/open-policy-agent/opa")
+	bundle := filepath.Join(t.TempDir(), "bundle.tar.gz")
+	build := exec.Command(opa, "build", "-t", "wasm", "-e", "mcp/warden/decision", "--ignore", "*_test.rego", "-o", bundle, "rego/library", "rego/demo")
+	build.Dir = testenv.RepoRoot(t)
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	cache := filepath.Join(t.TempDir(), "wasm-cache")
+	cfg := &Config{Servers: []ServerConfig{demoServer(t)}, Policy: PolicyConfig{Path: bundle, Engine: policy.EngineWasm,
+		Wasm: WasmConfig{Timeout: 250 * time.Millisecond, MemoryLimitPages: 256, CacheDir: cache, Instances: 2}}}
+	require.NoError(t, cfg.Validate())
+	g, log := startGateway(t, cfg)
+	ctx := context.Background()
+
+	tools, err := g.ListTools(ctx, alice)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"demo__add", "demo__echo", "demo__read_note"}, toolNames(tools))
+	res, err := g.CallTool(ctx, alice, "demo__echo", map[string]any{"message": "hi"})
+	require.NoError(t, err)
+	assert.Equal(t, "hi", text(t, res))
+	denied, err := g.CallTool(ctx, alice, "demo__read_note", map[string]any{"name": "private/diary"})
+	require.NoError(t, err)
+	assert.True(t, denied.IsError)
+	assert.Contains(t, text(t, denied), "private/")
+	require.Len(t, log.events(t), 3)
+
+	entries, err := os.ReadDir(cache)
+	require.NoError(t, err)
+	assert.NotEmpty(t, entries, "nothing compiled into policy.wasm.cache_dir")
 }
 
 // TestE2EDemoPolicyOverTheWire drives the same checks through MCP clients

@@ -17,17 +17,25 @@ import (
 // EngineWasm names mcp-warden's WebAssembly host in configuration.
 const EngineWasm = "wasm"
 
+// Bounds of WasmOptions.MemoryLimitPages, in 64 KiB pages.
+const (
+	DefaultWasmMemoryLimitPages = wasm.DefaultMemoryLimitPages
+	MaxWasmMemoryLimitPages     = wasm.MaxMemoryLimitPages
+)
+
 // WasmOptions tunes a Wasm engine; the zero value is the default.
 type WasmOptions struct {
 	// CacheDir keeps compiled machine code across restarts; empty means
-	// DefaultWasmCacheDir, "-" keeps it in memory only.
+	// DefaultWasmCacheDir, "-" keeps it in memory only. An existing
+	// directory must belong to the process's user and be writable by no
+	// one else: whoever can write it can run code in the process.
 	CacheDir string
 	// Instances bounds concurrent evaluations; zero means GOMAXPROCS.
 	Instances int
 	// Timeout bounds one evaluation; zero means wasm.DefaultTimeout.
 	Timeout time.Duration
 	// MemoryLimitPages caps each instance's memory in 64 KiB pages; zero
-	// means wasm.DefaultMemoryLimitPages.
+	// means DefaultWasmMemoryLimitPages, at most MaxWasmMemoryLimitPages.
 	MemoryLimitPages uint32
 }
 

@@ -41,5 +41,5 @@ func ExamplePrepare() {
 func ExampleTest() {
 	passed, failed, err := rego.Test(context.Background(), []string{"library", "demo"}, nil, false)
 	fmt.Println(passed, failed, err)
-	// Output: 47 0 <nil>
+	// Output: 48 0 <nil>
 }

@@ -11,7 +11,7 @@ import (
 // The Rego tests shipped in library/ and demo/. Update these when adding
 // tests there: they make sure that no test silently stops running.
 const (
-	libraryTests = 37
+	libraryTests = 38
 	demoTests    = 10
 	// demoLogTests of demoTests test the demo's decision-log rules, which
 	// do not need the library.

@@ -6,6 +6,8 @@
 //
 //   - Compile turns policy.wasm into machine code once (or finds it in a
 //     compilation cache directory) and checks it is an OPA policy module.
+//     It first rewrites the module to test an interrupt flag at every
+//     function entry and loop header, which is how a deadline stops it.
 //   - NewPool makes a bounded set of instances of it, each with the data
 //     document parsed into its memory once, and checks the entry point, the
 //     ABI version and the builtins the policy calls.

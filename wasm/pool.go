@@ -31,10 +31,13 @@ var (
 // of the capabilities, and NewPool refuses a policy that imports one.
 var RefusedBuiltins = []string{"http.send", "net.lookup_ip_addr", "opa.runtime"}
 
-// Defaults of PoolOptions.
+// Defaults and bounds of PoolOptions.
 const (
 	DefaultMemoryLimitPages = 1024 // 64 MiB per instance
 	DefaultTimeout          = time.Second
+	// MaxMemoryLimitPages is just under 4 GiB: wazero reports the size of
+	// a full 65536-page memory as 0.
+	MaxMemoryLimitPages = host.MaxMemoryPages
 )
 
 // PoolOptions says how a Pool evaluates.
@@ -49,7 +52,7 @@ type PoolOptions struct {
 	// Zero means GOMAXPROCS.
 	Size int
 	// MemoryLimitPages caps each instance's memory in 64 KiB pages. Zero
-	// means DefaultMemoryLimitPages; at most 65535.
+	// means DefaultMemoryLimitPages; at most MaxMemoryLimitPages.
 	MemoryLimitPages uint32
 	// Timeout bounds one evaluation. Zero means DefaultTimeout.
 	Timeout time.Duration
@@ -63,7 +66,6 @@ type Pool struct {
 	cfg        host.Config
 	entrypoint string
 	epID       int32
-	timeout    time.Duration
 	// free holds Size slots: a ready instance, or nil for one to make
 	// (after a broken instance was discarded).
 	free chan *host.Instance
@@ -88,18 +90,18 @@ func NewPool(ctx context.Context, m *Module, opts PoolOptions) (*Pool, error) {
 	p := &Pool{
 		module:     m,
 		entrypoint: opts.Entrypoint,
-		timeout:    opts.Timeout,
 		cfg: host.Config{
 			Data:           opts.Data,
 			MaxMemoryPages: opts.MemoryLimitPages,
+			Timeout:        opts.Timeout,
 			AllowBuiltin:   allowBuiltin,
 		},
 	}
 	if p.cfg.MaxMemoryPages == 0 {
 		p.cfg.MaxMemoryPages = DefaultMemoryLimitPages
 	}
-	if p.timeout <= 0 {
-		p.timeout = DefaultTimeout
+	if p.cfg.Timeout <= 0 {
+		p.cfg.Timeout = DefaultTimeout
 	}
 	size := opts.Size
 	if size <= 0 {
@@ -142,9 +144,13 @@ func (p *Pool) Eval(ctx context.Context, input []byte) ([]byte, error) {
 	now := time.Now()
 	var in *host.Instance
 	select {
-	case in = <-p.free:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("wait for a wasm instance: %w", context.Cause(ctx))
+	case in = <-p.free: // most often an instance is free: no need to watch ctx
+	default:
+		select {
+		case in = <-p.free:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for a wasm instance: %w", context.Cause(ctx))
+		}
 	}
 	if in == nil { // a slot whose instance was discarded
 		var err error
@@ -153,18 +159,13 @@ func (p *Pool) Eval(ctx context.Context, input []byte) ([]byte, error) {
 			return nil, fmt.Errorf("replace wasm instance: %w", err)
 		}
 	}
-	evalCtx, cancel := context.WithTimeout(ctx, p.timeout)
-	out, err := in.Eval(evalCtx, p.epID, input, host.FormatJSON, now)
-	cancel()
+	out, err := in.Eval(ctx, p.epID, input, host.FormatJSON, now)
 	if in.Broken() {
 		in.Close(context.WithoutCancel(ctx))
 		in = nil
 	}
 	p.free <- in
 	if err != nil {
-		if errors.Is(err, ErrTimeout) && ctx.Err() != nil {
-			err = context.Cause(ctx) // the caller's deadline, not the pool's
-		}
 		return nil, err
 	}
 	return resultValue(out)

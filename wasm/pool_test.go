@@ -3,8 +3,10 @@ package wasm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -67,6 +69,15 @@ func TestEvalReturnsTheEntrypointValue(t *testing.T) {
 func TestLoadErrors(t *testing.T) {
 	ctx := context.Background()
 	_, err := Compile(ctx, []byte("not wasm at all"), CompileOptions{})
+	require.ErrorContains(t, err, "not a valid WebAssembly module")
+
+	// A function whose type index is out of range, called: wazero's
+	// validator panics on it.
+	_, err = Compile(ctx, []byte("\x00asm\x01\x00\x00\x00"+
+		"\x01\x04\x01\x60\x00\x00"+ // types: () -> ()
+		"\x03\x03\x02\x00\x05"+ // functions: type 0, type 5
+		"\x0a\x09\x02\x04\x00\x10\x01\x0b\x02\x00\x0b"), // code: call 1; (empty)
+		CompileOptions{})
 	require.ErrorContains(t, err, "not a valid WebAssembly module")
 
 	// A valid Wasm module that is not an OPA policy.
@@ -151,6 +162,34 @@ func TestRunawayPolicyTimesOutAndInstanceIsReplaced(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 }
 
+func TestRunawayPolicyInHostBuiltinsIsStopped(t *testing.T) {
+	// Nearly 10^9 sprintf calls, each a call out to Go: the evaluation is
+	// stopped whether the deadline finds it in Wasm or in a builtin.
+	mod := buildWasm(t, `package t
+p if {
+	some a in numbers.range(1, 30000)
+	some b in numbers.range(1, 30000)
+	sprintf("%d-%d", [a, b]) == "x"
+}
+`, "t/p")
+	p := newPool(t, mod, PoolOptions{Entrypoint: "t/p", Size: 1, Timeout: 100 * time.Millisecond})
+	start := time.Now()
+	_, err := p.Eval(context.Background(), []byte(`{}`))
+	require.ErrorIs(t, err, ErrTimeout)
+	require.Less(t, time.Since(start), 5*time.Second)
+
+	// The caller's cancellation, with its cause, on the replaced instance.
+	stop := errors.New("client went away")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	time.AfterFunc(20*time.Millisecond, func() { cancel(stop) })
+	_, err = p.Eval(ctx, []byte(`{}`))
+	require.ErrorIs(t, err, stop)
+
+	// A context already done is refused before the evaluation starts.
+	_, err = p.Eval(ctx, []byte(`{}`))
+	require.ErrorIs(t, err, stop)
+}
+
 func TestMemoryHungryPolicyHitsTheLimitAndPoolKeepsServing(t *testing.T) {
 	mod := buildWasm(t, `package t
 p := count(numbers.range(1, to)) if to := input.to
@@ -170,32 +209,49 @@ p := count(numbers.range(1, to)) if to := input.to
 	require.ErrorIs(t, err, ErrMemoryLimit)
 }
 
+// TestMemoryStaysFlatAcrossEvaluations runs flatEvaluations evaluations
+// (1,000,000 with the conformance build tag, as `make conformance-opa`
+// runs it, without -race) calling a host builtin and under a caller's
+// context that can be cancelled: neither the instance's memory nor the Go
+// heap may grow.
 func TestMemoryStaysFlatAcrossEvaluations(t *testing.T) {
 	mod := buildWasm(t, `package t
 p := {"n": count(input.items), "s": sprintf("%d", [count(input.items)]), "u": {x | some x in input.items}} if input.items
 `, "t/p")
 	p := newPool(t, mod, PoolOptions{Entrypoint: "t/p", Size: 1})
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	in := []byte(`{"items":["a","b","c","d","e","f","g"]}`)
 	eval := func() {
-		_, err := p.Eval(ctx, in)
-		require.NoError(t, err)
+		if _, err := p.Eval(ctx, in); err != nil {
+			t.Fatal(err)
+		}
 	}
-	eval()
 	pages := func() uint32 {
 		in := <-p.free
 		defer func() { p.free <- in }()
 		return in.MemoryPages()
 	}
-	first := pages()
-	n := 50_000
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	n := flatEvaluations
 	if testing.Short() || raceEnabled {
 		n = 10_000
 	}
+	for range n / 100 { // warm up: instance memory and Go caches at their size
+		eval()
+	}
+	firstPages, firstHeap := pages(), heap()
 	for range n {
 		eval()
 	}
-	require.Equal(t, first, pages(), "memory grew over %d evaluations", n)
+	require.Equal(t, firstPages, pages(), "instance memory grew over %d evaluations", n)
+	lastHeap := heap()
+	require.Less(t, lastHeap, firstHeap+1<<20, "Go heap grew from %d to %d bytes over %d evaluations", firstHeap, lastHeap, n)
 }
 
 func TestCompilationCacheDirIsReused(t *testing.T) {
@@ -211,6 +267,37 @@ func TestCompilationCacheDirIsReused(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.NotEmpty(t, entries, "nothing cached")
+}
+
+func TestCompilationCacheDirOthersCanWriteIsRefused(t *testing.T) {
+	mod := buildWasm(t, echoPolicy, "t/p")
+	ctx := context.Background()
+	loose := filepath.Join(t.TempDir(), "loose")
+	require.NoError(t, os.Mkdir(loose, 0o700))
+	require.NoError(t, os.Chmod(loose, 0o777))
+	_, err := Compile(ctx, mod, CompileOptions{CacheDir: loose})
+	require.ErrorContains(t, err, "writable by its group or others (mode 0777)")
+
+	// A loose directory inside a private one (wazero's per-version one).
+	private := filepath.Join(t.TempDir(), "private")
+	require.NoError(t, os.MkdirAll(filepath.Join(private, "wazero-x"), 0o700))
+	require.NoError(t, os.Chmod(filepath.Join(private, "wazero-x"), 0o775))
+	_, err = Compile(ctx, mod, CompileOptions{CacheDir: private})
+	require.ErrorContains(t, err, "wazero-x is writable by its group or others")
+
+	// Someone else's directory.
+	if os.Geteuid() == 0 {
+		theirs := filepath.Join(t.TempDir(), "theirs")
+		require.NoError(t, os.Mkdir(theirs, 0o700))
+		require.NoError(t, os.Chown(theirs, 65534, 65534))
+		_, err = Compile(ctx, mod, CompileOptions{CacheDir: theirs})
+		require.ErrorContains(t, err, "belongs to uid 65534")
+	}
+
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	_, err = Compile(ctx, mod, CompileOptions{CacheDir: file})
+	require.ErrorContains(t, err, "is not a directory")
 }
 
 // withABIVersion returns mod with its ABI version globals set to

@@ -208,8 +208,21 @@ func TestPolicyEvalCommand(t *testing.T) {
 	assert.Equal(t, false, hidden["allow"])
 	assert.Equal(t, true, hidden["hidden"])
 	assert.Equal(t, false, eval("--input", input("echo", `{}`))["allow"], "without data the default policy exposes nothing")
+	// The wasm engine makes the same decisions, with the cache where told.
+	cache := filepath.Join(t.TempDir(), "wasm-cache")
+	t.Setenv("XDG_CACHE_HOME", cache)
+	for _, tool := range []string{"echo", "reset_notes"} {
+		in := input(tool, `{"message":"x"}`)
+		assert.Equal(t, eval("--input", in, "--config", cfgPath),
+			eval("--input", in, "--config", cfgPath, "--engine", "wasm"), tool)
+	}
+	require.NoError(t, os.Chmod(filepath.Join(cache, "mcp-warden", "wasm"), 0o777))
+	cmd := exec.Command(bin, "policy", "eval", "--engine", "wasm", "--input", input("echo", `{}`))
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "a cache directory others may write is refused")
+	assert.Contains(t, string(out), "writable by its group or others")
 
-	cmd := exec.Command(bin, "policy", "eval", "--input", "/nonexistent/input.json")
+	cmd = exec.Command(bin, "policy", "eval", "--input", "/nonexistent/input.json")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	require.Error(t, cmd.Run())

@@ -46,27 +46,23 @@ file does not compile.`,
 }
 
 func policyEvalCommand() *cobra.Command {
-	var inputPath, policyPath, configPath string
+	var inputPath, policyPath, configPath, engineName string
 	var showEvent bool
 	cmd := &cobra.Command{
 		Use:   "eval --input input.json",
 		Short: "Print the decision for one input document",
 		Long: `Evaluate data.mcp.warden.decision for an input document (see
 policy/input.schema.json) and print the decision as JSON. The policy is the
-embedded default unless --policy names a directory or bundle; --config supplies
-the data the gateway would (each server's tool allow and block lists). With
---log the decision-log event is printed to standard error too.`,
+embedded default unless --policy names a directory or bundle (with --engine
+wasm, also a bundle built by opa build -t wasm); --config supplies the data the
+gateway would (each server's tool allow and block lists) and its policy.engine
+and policy.wasm settings, which --engine overrides. With --log the
+decision-log event is printed to standard error too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			in, err := readInput(inputPath)
 			if err != nil {
 				return err
-			}
-			p := rego.Default()
-			if policyPath != "" {
-				if p, err = rego.Load(policyPath); err != nil {
-					return err
-				}
 			}
 			cfg := &gateway.Config{}
 			if configPath != "" {
@@ -74,9 +70,19 @@ the data the gateway would (each server's tool allow and block lists). With
 					return err
 				}
 			}
-			engine, err := policy.NewRegoEngine(cmd.Context(), p, gateway.PolicyData(cfg))
+			cfg.Policy.Path = policyPath
+			if engineName != "" && engineName != cfg.Policy.Engine {
+				cfg.Policy.Engine = engineName
+				if engineName != policy.EngineWasm {
+					cfg.Policy.Wasm = gateway.WasmConfig{}
+				}
+			}
+			engine, err := gateway.NewPolicyEngine(cmd.Context(), cfg)
 			if err != nil {
 				return err
+			}
+			if c, ok := engine.(io.Closer); ok {
+				defer c.Close()
 			}
 			logTo := io.Discard
 			if showEvent {
@@ -96,6 +102,7 @@ the data the gateway would (each server's tool allow and block lists). With
 	fl.StringVarP(&inputPath, "input", "i", "", "input document (JSON file, - for standard input)")
 	fl.StringVarP(&policyPath, "policy", "p", "", "policy directory or bundle (default: embedded)")
 	fl.StringVarP(&configPath, "config", "c", "", "gateway configuration to take policy data from")
+	fl.StringVar(&engineName, "engine", "", "rego or wasm (default: the configuration's policy.engine, else rego)")
 	fl.BoolVar(&showEvent, "log", false, "also print the decision-log event to standard error")
 	_ = cmd.MarkFlagRequired("input")
 	return cmd

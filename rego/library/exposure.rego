@@ -15,49 +15,46 @@ package mcp.warden
 exposed if {
 	filter := item_filter
 	some pattern in filter.allow
-	matches(pattern)
+	glob_matches(pattern, item_name)
 	not blocked(filter)
 }
 
-# matches holds when glob.match(pattern, null, item_name) is true. Literal
-# and prefix* patterns, the common ones, are matched with string builtins:
-# the same answer (exposure_test.rego checks it over many patterns and
-# names) without compiling a glob, which OPA's Wasm runtime does anew on
-# every evaluation.
-matches(pattern) if {
-	simple_glob(pattern)
-	simple_match(pattern, item_name)
-}
-
-matches(pattern) if {
-	not simple_glob(pattern)
-	glob.match(pattern, null, item_name)
-}
-
-# simple_glob holds for a string that is a literal, or a literal followed by
-# one "*": no other glob syntax in it.
-simple_glob(pattern) if {
-	is_string(pattern)
-	not glob_syntax(trim_suffix(pattern, "*"))
-}
-
-glob_syntax(s) if {
-	some c in ["*", "?", "[", "]", "{", "}", "\\", ",", "!"]
-	contains(s, c)
-}
-
-# simple_match is glob.match for a simple_glob pattern and a string name.
-simple_match(pattern, name) if {
+# glob_matches(pattern, name) is glob.match(pattern, null, name): true,
+# false, or undefined when glob.match fails. Literal and prefix* patterns,
+# the common ones, are matched with string builtins (exposure_test.rego
+# checks the same answers over many patterns and names): OPA's Wasm runtime
+# compiles a glob anew on every evaluation. The pattern is classified once,
+# and `else` keeps glob.match from running when the fast path applies.
+glob_matches(pattern, name) := literal_match(literal == pattern, literal, name) if {
 	is_string(name)
-	not endswith(pattern, "*")
-	pattern == name
+	literal := glob_literal(pattern)
+} else := glob.match(pattern, null, name)
+
+# glob_literal is a string pattern without one trailing "*", when what is
+# left has no glob syntax. Outside [...] and {...}, "]", "}", "," and "!"
+# match themselves, so "*", "?", "[", "{" and "\" are all there is to look
+# for; one rule body per character, not a loop over them, since each
+# iteration costs topdown an allocation.
+glob_literal(pattern) := literal if {
+	literal := trim_suffix(pattern, "*")
+	not glob_syntax(literal)
 }
 
-simple_match(pattern, name) if {
-	is_string(name)
-	endswith(pattern, "*")
-	startswith(name, trim_suffix(pattern, "*"))
-}
+glob_syntax(s) if contains(s, "*")
+
+glob_syntax(s) if contains(s, "?")
+
+glob_syntax(s) if contains(s, "[")
+
+glob_syntax(s) if contains(s, "{")
+
+glob_syntax(s) if contains(s, "\\")
+
+# literal_match(exact, literal, name): name is the literal (a pattern
+# without "*"), or starts with it (a prefix* pattern).
+literal_match(true, literal, name) := literal == name
+
+literal_match(false, prefix, name) := startswith(name, prefix)
 
 item_filter := data.warden.servers[input.server.name] if startswith(input.action, "tools/")
 
@@ -87,16 +84,7 @@ block_list(filter) := list if {
 
 # spares holds when glob.match evaluates pattern and finds no match.
 #
-# The checks that can fail are written as rules and negated whole: in
-# `not glob.match(...) == false`, the call would be compiled to run before
+# The check that can fail is written as a rule and negated whole: in
+# `not glob_matches(...) == false`, the call would be compiled to run before
 # the `not`, and a call that fails would then unblock the tool.
-spares(pattern) if {
-	simple_glob(pattern)
-	is_string(item_name)
-	not simple_match(pattern, item_name)
-}
-
-spares(pattern) if {
-	not simple_glob(pattern)
-	glob.match(pattern, null, item_name) == false
-}
+spares(pattern) if glob_matches(pattern, item_name) == false

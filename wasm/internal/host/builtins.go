@@ -67,6 +67,9 @@ var capabilities = sync.OnceValue(func() *ast.Capabilities { return ast.Capabili
 func builtinDispatcher(arity int) api.GoModuleFunc {
 	return func(ctx context.Context, _ api.Module, stack []uint64) {
 		in := instanceOf(ctx)
+		if in.watch.stopped() {
+			panic(errInterrupted) // Eval reports the watchdog's cause
+		}
 		id := int32(uint32(stack[0]))
 		b, ok := in.builtins[id]
 		if !ok {
@@ -81,10 +84,13 @@ func builtinDispatcher(arity int) api.GoModuleFunc {
 			args[i] = t
 		}
 		var out *ast.Term
-		err := b.fn(*in.builtinContext(ctx), args, func(t *ast.Term) error {
+		err := b.fn(*in.builtinContext(), args, func(t *ast.Term) error {
 			out = t
 			return nil
 		})
+		if in.watch.stopped() {
+			panic(errInterrupted)
+		}
 		if err != nil {
 			if _, halt := errors.AsType[topdown.Halt](err); halt {
 				panic(&BuiltinError{Name: b.name, Err: err})
@@ -105,11 +111,15 @@ func builtinDispatcher(arity int) api.GoModuleFunc {
 // builtinContext returns the evaluation's BuiltinContext, made on the first
 // builtin call so that evaluations that call none do not pay for it. Its
 // time is the evaluation's fixed time.
-func (in *Instance) builtinContext(ctx context.Context) *topdown.BuiltinContext {
+func (in *Instance) builtinContext() *topdown.BuiltinContext {
 	if in.bctx != nil {
 		return in.bctx
 	}
+	// A builtin running in Go when the watchdog stops the evaluation sees
+	// its context end and topdown's Cancel.
 	cancel := topdown.NewCancel()
+	ctx, end := in.watch.builtinContext(cancel.Cancel)
+	in.endBuiltins = end
 	in.bctx = &topdown.BuiltinContext{
 		Context:      ctx,
 		Metrics:      metrics.NoOp(),
@@ -119,19 +129,12 @@ func (in *Instance) builtinContext(ctx context.Context) *topdown.BuiltinContext 
 		Cache:        builtins.Cache{},
 		Capabilities: capabilities(),
 	}
-	// The deadline preempts Wasm code; Go builtins that loop watch Cancel.
-	in.stopBctx = context.AfterFunc(ctx, cancel.Cancel)
 	return in.bctx
 }
 
-// endBuiltins releases the evaluation's BuiltinContext.
-func (in *Instance) endBuiltins() {
-	if in.stopBctx != nil {
-		in.stopBctx()
-		in.stopBctx = nil
-	}
-	in.bctx = nil
-}
+// errInterrupted stops a builtin call of an interrupted evaluation; Eval
+// reports the watchdog's cause instead.
+var errInterrupted = errors.New("evaluation interrupted")
 
 // termAt reads the value at addr as an AST term.
 func (in *Instance) termAt(ctx context.Context, addr uint32) (*ast.Term, error) {

@@ -10,6 +10,8 @@ package host
 // expects. It is a dozen hand-encoded bytes per entry: OPA's own encoder is
 // internal to its module.
 
+import "github.com/mcp-warden/mcp-warden/wasm/internal/wasmbin"
+
 // hostModuleName is the module holding the Go host functions.
 const hostModuleName = "opa"
 
@@ -44,7 +46,7 @@ const (
 func glueModule(minPages, maxPages uint32) []byte {
 	// Types: 0 = (i32) -> (); n = (i32 × (n+1)) -> i32 for n = 1..5.
 	var types []byte
-	types = appendU32(types, 6)
+	types = wasmbin.AppendU32(types, 6)
 	types = append(types, wasmFuncType, 1, wasmI32, 0)
 	for params := 2; params <= 6; params++ {
 		types = append(types, wasmFuncType, byte(params))
@@ -55,61 +57,38 @@ func glueModule(minPages, maxPages uint32) []byte {
 	}
 
 	var imports []byte
-	imports = appendU32(imports, uint32(len(hostImports)))
+	imports = wasmbin.AppendU32(imports, uint32(len(hostImports)))
 	for _, f := range hostImports {
-		imports = appendName(imports, hostModuleName)
-		imports = appendName(imports, f.name)
+		imports = wasmbin.AppendName(imports, hostModuleName)
+		imports = wasmbin.AppendName(imports, f.name)
 		imports = append(imports, kindFunc, f.typeIdx)
 	}
 
 	var memory []byte
-	memory = appendU32(memory, 1)
+	memory = wasmbin.AppendU32(memory, 1)
 	if maxPages > 0 {
 		memory = append(memory, 0x01)
-		memory = appendU32(memory, minPages)
-		memory = appendU32(memory, maxPages)
+		memory = wasmbin.AppendU32(memory, minPages)
+		memory = wasmbin.AppendU32(memory, maxPages)
 	} else {
 		memory = append(memory, 0x00)
-		memory = appendU32(memory, minPages)
+		memory = wasmbin.AppendU32(memory, minPages)
 	}
 
 	var exports []byte
-	exports = appendU32(exports, uint32(1+len(hostImports)))
-	exports = appendName(exports, "memory")
+	exports = wasmbin.AppendU32(exports, uint32(1+len(hostImports)))
+	exports = wasmbin.AppendName(exports, "memory")
 	exports = append(exports, kindMemory, 0)
 	for i, f := range hostImports {
-		exports = appendName(exports, f.name)
+		exports = wasmbin.AppendName(exports, f.name)
 		exports = append(exports, kindFunc)
-		exports = appendU32(exports, uint32(i))
+		exports = wasmbin.AppendU32(exports, uint32(i))
 	}
 
 	m := []byte{0x00, 'a', 's', 'm', 0x01, 0x00, 0x00, 0x00}
-	m = appendSection(m, sectionType, types)
-	m = appendSection(m, sectionImport, imports)
-	m = appendSection(m, sectionMemory, memory)
-	m = appendSection(m, sectionExport, exports)
+	m = wasmbin.AppendSection(m, sectionType, types)
+	m = wasmbin.AppendSection(m, sectionImport, imports)
+	m = wasmbin.AppendSection(m, sectionMemory, memory)
+	m = wasmbin.AppendSection(m, sectionExport, exports)
 	return m
-}
-
-func appendSection(b []byte, id byte, content []byte) []byte {
-	b = append(b, id)
-	b = appendU32(b, uint32(len(content)))
-	return append(b, content...)
-}
-
-func appendName(b []byte, s string) []byte {
-	b = appendU32(b, uint32(len(s)))
-	return append(b, s...)
-}
-
-// appendU32 appends v in unsigned LEB128.
-func appendU32(b []byte, v uint32) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v == 0 {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/mcp-warden/mcp-warden/wasm/internal/preempt"
 )
 
 // Format is the encoding opa_eval returns its result set in.
@@ -31,6 +33,8 @@ type Config struct {
 	Data []byte
 	// MaxMemoryPages caps the instance's memory (64 KiB pages, below 65536).
 	MaxMemoryPages uint32
+	// Timeout bounds one evaluation (0: only the caller's context does).
+	Timeout time.Duration
 	// AllowBuiltin says whether the policy may call the named builtin
 	// through the host. A policy that imports a refused builtin does not
 	// load.
@@ -42,6 +46,12 @@ type Config struct {
 type Instance struct {
 	glue, mod api.Module
 	mem       api.Memory
+	// ctx is what calls into the module run under: it carries the
+	// instance for the host functions and nothing else (the watchdog, not
+	// the context, stops an evaluation).
+	ctx     context.Context
+	timeout time.Duration
+	watch   watchdog
 
 	opaEval, malloc, valueDump, valueParse api.Function
 
@@ -54,17 +64,17 @@ type Instance struct {
 	callStack []uint64 // a host builtin's calls back into the policy
 
 	// Per evaluation.
-	evalTime time.Time
-	bctx     *topdown.BuiltinContext
-	stopBctx func() bool
+	evalTime    time.Time
+	bctx        *topdown.BuiltinContext
+	endBuiltins func()
 	// broken is set when the instance must not be used again.
 	broken bool
 }
 
 // NewInstance instantiates m and loads cfg.Data into it.
 func (m *Module) NewInstance(ctx context.Context, cfg Config) (_ *Instance, err error) {
-	if cfg.MaxMemoryPages == 0 || cfg.MaxMemoryPages > hardPageLimit {
-		return nil, fmt.Errorf("memory limit of %d pages: want 1 to %d", cfg.MaxMemoryPages, hardPageLimit)
+	if cfg.MaxMemoryPages == 0 || cfg.MaxMemoryPages > MaxMemoryPages {
+		return nil, fmt.Errorf("memory limit of %d pages: want 1 to %d", cfg.MaxMemoryPages, MaxMemoryPages)
 	}
 	minPages := m.minMemoryPages()
 	if minPages > cfg.MaxMemoryPages {
@@ -74,7 +84,8 @@ func (m *Module) NewInstance(ctx context.Context, cfg Config) (_ *Instance, err 
 	if err != nil {
 		return nil, err
 	}
-	in := &Instance{evalStack: make([]uint64, 7), callStack: make([]uint64, 2)}
+	in := &Instance{evalStack: make([]uint64, 7), callStack: make([]uint64, 2), timeout: cfg.Timeout}
+	in.ctx = context.WithValue(context.Background(), instanceKey{}, in)
 	ctx = context.WithValue(ctx, instanceKey{}, in)
 	// Anonymous modules, so that any number of instances share the runtime;
 	// the policy's "env" imports resolve to this instance's own glue.
@@ -103,6 +114,11 @@ func (m *Module) NewInstance(ctx context.Context, cfg Config) (_ *Instance, err 
 	if err := checkABI(in.mod); err != nil {
 		return nil, err
 	}
+	interrupt, ok := in.mod.ExportedGlobal(preempt.InterruptExport).(api.MutableGlobal)
+	if !ok {
+		return nil, errors.New("the policy was not compiled by host.Compile: it has no interrupt global")
+	}
+	in.watch.init(interrupt)
 	in.opaEval = in.mod.ExportedFunction("opa_eval")
 	in.malloc = in.mod.ExportedFunction("opa_malloc")
 	in.valueDump = in.mod.ExportedFunction("opa_value_dump")
@@ -167,8 +183,8 @@ func checkABI(mod api.Module) error {
 // "mcp/warden/decision") to the ids Eval takes.
 func (in *Instance) Entrypoints() map[string]int32 { return in.entrypoints }
 
-// Broken reports whether the instance was closed by a deadline or
-// cancellation, or ran out of memory, and must be replaced.
+// Broken reports whether the instance was interrupted (deadline or
+// cancellation), trapped or ran out of memory, and must be replaced.
 func (in *Instance) Broken() bool { return in.broken }
 
 // MemoryPages is the current size of the instance's memory.
@@ -182,15 +198,30 @@ const pageSize = 65536
 //
 // The result is copied out of the instance's memory. Every evaluation
 // starts from the same heap pointer, so memory does not grow from one
-// evaluation to the next. A done ctx stops the evaluation and breaks the
-// instance (see Broken).
-func (in *Instance) Eval(ctx context.Context, entrypoint int32, input []byte, format Format, now time.Time) ([]byte, error) {
+// evaluation to the next. The Config's Timeout (ErrTimeout) or the end of
+// ctx (its cause) stops the evaluation and breaks the instance (see Broken).
+func (in *Instance) Eval(ctx context.Context, entrypoint int32, input []byte, format Format, now time.Time) (_ []byte, err error) {
 	if in.broken {
 		return nil, errors.New("evaluate: instance is broken")
 	}
-	ctx = context.WithValue(ctx, instanceKey{}, in)
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
 	in.evalTime, in.bctx = now, nil
-	defer in.endBuiltins()
+	in.watch.arm(ctx, in.timeout)
+	defer func() {
+		if in.endBuiltins != nil {
+			in.endBuiltins()
+			in.endBuiltins = nil
+		}
+		in.bctx = nil
+		if cause := in.watch.disarm(); cause != nil {
+			// Interrupted: whatever the call returned, the interrupt
+			// global is set and the instance cannot run again.
+			in.broken = true
+			err = cause
+		}
+	}()
 
 	heap, inputAddr, inputLen := in.evalHeap, uint32(0), uint32(0)
 	if input != nil {
@@ -203,8 +234,8 @@ func (in *Instance) Eval(ctx context.Context, entrypoint int32, input []byte, fo
 	}
 	s := in.evalStack
 	s[0], s[1], s[2], s[3], s[4], s[5], s[6] = 0, uint64(uint32(entrypoint)), uint64(in.dataAddr), uint64(inputAddr), uint64(inputLen), uint64(heap), uint64(format)
-	if err := in.opaEval.CallWithStack(ctx, s); err != nil {
-		return nil, classify(ctx, err)
+	if err := in.opaEval.CallWithStack(in.ctx, s); err != nil {
+		return nil, classify(in.ctx, err)
 	}
 	out, err := in.readString(uint32(s[0]))
 	if err != nil {
@@ -301,6 +332,9 @@ func (in *Instance) dumpJSON(ctx context.Context, fn string) (map[string]int32, 
 // Close releases the instance's memory.
 func (in *Instance) Close(ctx context.Context) {
 	in.broken = true
+	if in.watch.timer != nil {
+		in.watch.timer.Stop()
+	}
 	if in.mod != nil {
 		_ = in.mod.Close(ctx)
 	}
@@ -331,17 +365,8 @@ func classify(ctx context.Context, err error) error {
 			in.broken = true
 		}
 	}
-	if exit, ok := errors.AsType[*sys.ExitError](err); ok {
+	if _, ok := errors.AsType[*sys.ExitError](err); ok {
 		broken() // wazero closed the module
-		switch exit.ExitCode() {
-		case sys.ExitCodeDeadlineExceeded:
-			return ErrTimeout
-		case sys.ExitCodeContextCanceled:
-			if cerr := context.Cause(ctx); cerr != nil {
-				return cerr
-			}
-			return context.Canceled
-		}
 		return err
 	}
 	if abort, ok := errors.AsType[*AbortError](err); ok {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/tetratelabs/wazero"
+
+	"github.com/mcp-warden/mcp-warden/wasm/internal/preempt"
 )
 
 // Module is a policy.wasm compiled to machine code once, from which any
@@ -21,15 +23,21 @@ var requiredExports = []string{
 	"builtins", "entrypoints",
 }
 
-// Compile compiles a policy.wasm, or finds it in cacheDir's compilation
-// cache ("" for memory only). It checks the module's shape (imports and
+// Compile compiles a policy.wasm, made interruptible (preempt.Instrument),
+// or finds it in cacheDir's compilation cache ("" for memory only). It checks the module's shape (imports and
 // exports of OPA's ABI); the ABI version is checked when an instance is made.
 func Compile(ctx context.Context, wasmBytes []byte, cacheDir string) (*Module, error) {
 	rt, err := sharedRuntime(ctx, cacheDir)
 	if err != nil {
 		return nil, err
 	}
-	compiled, err := rt.rt.CompileModule(ctx, wasmBytes)
+	// Every function entry and loop header tests the interrupt global the
+	// evaluation deadline sets (see watchdog.go).
+	instrumented, err := preempt.Instrument(wasmBytes)
+	if err != nil {
+		return nil, fmt.Errorf("not a valid WebAssembly module: %w", err)
+	}
+	compiled, err := compileModule(ctx, rt.rt, instrumented)
 	if err != nil {
 		return nil, fmt.Errorf("not a valid WebAssembly module: %w", err)
 	}
@@ -53,6 +61,18 @@ func Compile(ctx context.Context, wasmBytes []byte, cacheDir string) (*Module, e
 		}
 	}
 	return &Module{rt: rt, compiled: compiled}, nil
+}
+
+// compileModule is rt.CompileModule, with a panic of wazero's validator on
+// a malformed module (v1.12 panics on a function type index out of range)
+// made an error.
+func compileModule(ctx context.Context, rt wazero.Runtime, module []byte) (_ wazero.CompiledModule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	return rt.CompileModule(ctx, module)
 }
 
 func isHostImport(name string) bool {

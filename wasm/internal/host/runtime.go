@@ -7,16 +7,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
+	"syscall"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 )
 
-// hardPageLimit caps every memory of the shared runtimes below 4 GiB:
+// MaxMemoryPages caps every memory of the shared runtimes below 4 GiB:
 // api.Memory.Size is a uint32 and reads 0 for a full 65536-page memory.
-const hardPageLimit = 65535
+const MaxMemoryPages = 65535
 
 // runtime is a wazero runtime shared by every policy compiled with the same
 // cache directory, with the "opa" host module instantiated once.
@@ -41,15 +44,19 @@ func sharedRuntime(ctx context.Context, cacheDir string) (*runtime, error) {
 	if r, ok := runtimes[cacheDir]; ok {
 		return r, nil
 	}
-	// The compiler (not the interpreter, 40× slower on policies) with
-	// close-on-context-done, which is how the evaluation deadline preempts
-	// a policy that loops: see RATIONALE.md.
+	// The compiler (not the interpreter, 40× slower on policies), without
+	// close-on-context-done: its checks at every loop header leave native
+	// code for Go and cost more than the policy itself; the deadline is the
+	// interrupt global of preempt.Instrument instead (see RATIONALE.md).
 	cfg := wazero.NewRuntimeConfigCompiler().
-		WithCloseOnContextDone(true).
-		WithMemoryLimitPages(hardPageLimit)
+		WithCloseOnContextDone(false).
+		WithMemoryLimitPages(MaxMemoryPages)
 	if cacheDir != "" {
 		// The cache holds machine code the gateway will run: only the
 		// gateway's user may write it.
+		if err := checkCacheDir(cacheDir); err != nil {
+			return nil, fmt.Errorf("wasm compilation cache: %w", err)
+		}
 		if err := os.MkdirAll(cacheDir, 0o700); err != nil {
 			return nil, fmt.Errorf("wasm compilation cache: %w", err)
 		}
@@ -67,6 +74,53 @@ func sharedRuntime(ctx context.Context, cacheDir string) (*runtime, error) {
 	r := &runtime{rt: rt, glues: map[[2]uint32]wazero.CompiledModule{}}
 	runtimes[cacheDir] = r
 	return r, nil
+}
+
+// checkCacheDir refuses an existing cache directory, or a directory in it
+// (wazero keeps one per version), that is not the process's user's own or
+// that others may write: whoever can write it can run code in the process.
+func checkCacheDir(dir string) error {
+	info, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // made 0700
+	}
+	if err != nil {
+		return err
+	}
+	if err := checkPrivateDir(dir, info); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		sub := filepath.Join(dir, e.Name())
+		info, err := os.Stat(sub)
+		if err != nil {
+			return err
+		}
+		if err := checkPrivateDir(sub, info); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkPrivateDir(path string, info fs.FileInfo) error {
+	if !info.IsDir() {
+		return fmt.Errorf("%s is not a directory", path)
+	}
+	if st, ok := info.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s belongs to uid %d, not to this process's user (uid %d): whoever owns it can run code here; use a directory of your own", path, st.Uid, os.Geteuid())
+	}
+	if perm := info.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Errorf("%s is writable by its group or others (mode %#o): whoever can write it can run code here; chmod go-w it, or use another directory", path, perm)
+	}
+	return nil
 }
 
 // glue returns the compiled glue module for a memory of minPages..maxPages.
