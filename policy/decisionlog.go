@@ -27,7 +27,11 @@ import (
 // event whose Input is {"action": "tools/list", "principal", "request_id",
 // "session_id", "time", "tools": [{"server", "tool"}, …]} and whose Result
 // is the list of per-tool decisions in the same order, so each one can be
-// replayed by rebuilding its Input.
+// replayed by rebuilding its Input. A list that repeats the last list
+// logged in full for the same principal and servers (same items, same
+// decisions, all from the exposure cache) is logged without its items:
+// its Input has no "tools" and its Result is {"same_as": {"decision_id",
+// "hash"}}, naming that earlier event, which is in the same file.
 type Event struct {
 	Labels     map[string]string         `json:"labels"`
 	DecisionID string                    `json:"decision_id"`
@@ -86,6 +90,18 @@ type listedItem struct {
 	Prompt   *Prompt   `json:"prompt,omitempty"`
 }
 
+// listRepeat is the result of a list event that repeats an earlier one.
+type listRepeat struct {
+	SameAs listRef `json:"same_as"`
+}
+
+// listRef names a list event logged in full: its decision id and the hash
+// of its record.
+type listRef struct {
+	DecisionID string `json:"decision_id"`
+	Hash       string `json:"hash"`
+}
+
 // listResult is one item's entry in the result of a list event, named by
 // tool name, resource URI or prompt name.
 type listResult struct {
@@ -107,6 +123,8 @@ type listResult struct {
 type DecisionLog struct {
 	labels   map[string]string
 	revision string
+	bundles  map[string]BundleRevision // shared by every event
+	enc      *eventEncoder
 	redact   []string
 	// redactJSON holds each secret as it appears inside a JSON string, so
 	// that the common case, no secret in the event, costs a byte search.
@@ -208,6 +226,10 @@ func newDecisionLog(chain *auditlog.Writer, opts DecisionLogOptions) *DecisionLo
 	if l.logger == nil {
 		l.logger = slog.New(slog.DiscardHandler)
 	}
+	if l.revision != "" {
+		l.bundles = map[string]BundleRevision{"mcp-warden": {Revision: l.revision}}
+	}
+	l.enc = newEventEncoder(l.labels, l.bundles)
 	for _, s := range opts.Redact {
 		if s != "" {
 			l.redact = append(l.redact, s)
@@ -327,45 +349,67 @@ func (l *DecisionLog) baseEvent(took, eval time.Duration) *Event {
 			"timer_rego_query_eval_ns":     eval.Nanoseconds(),
 		},
 	}
-	if l.revision != "" {
-		ev.Bundles = map[string]BundleRevision{"mcp-warden": {Revision: l.revision}}
-	}
+	ev.Bundles = l.bundles
 	return ev
 }
 
-// write applies the drop and mask rules to ev and appends it to the chain.
-// With FailOpen a failure is reported to the logger and not returned.
-func (l *DecisionLog) write(ctx context.Context, ev *Event) error {
-	err := l.append(ctx, ev)
-	if err != nil && l.failOpen {
-		l.logger.Error("decision log write failed; decision released (fail-open configured)",
-			"decision_id", ev.DecisionID, "error", err)
-		return nil
-	}
-	return err
+// newRepeatEvent is the event of a list that repeats the list logged in
+// full as m (see Event).
+func (l *DecisionLog) newRepeatEvent(first *Input, m *listMemo, took, eval time.Duration) *Event {
+	ev := l.baseEvent(took, eval)
+	ev.Input = listInput{Action: first.Action, Principal: first.Principal, RequestID: first.RequestID,
+		SessionID: first.SessionID, Time: first.Time}
+	ev.Result = listRepeat{SameAs: listRef{DecisionID: m.decisionID, Hash: m.written.Hash}}
+	return ev
 }
 
-func (l *DecisionLog) append(ctx context.Context, ev *Event) error {
+// write applies the drop and mask rules to ev and appends it to the chain,
+// to file number onlyInFile when that is not zero (else
+// auditlog.ErrOtherFile, whatever FailOpen says). It returns where the
+// record went: nothing when the event was dropped. With FailOpen a failure
+// is reported to the logger and not returned.
+func (l *DecisionLog) write(ctx context.Context, ev *Event, onlyInFile uint64) (auditlog.Appended, error) {
+	at, err := l.append(ctx, ev, onlyInFile)
+	if err != nil && l.failOpen && !errors.Is(err, auditlog.ErrOtherFile) {
+		l.logger.Error("decision log write failed; decision released (fail-open configured)",
+			"decision_id", ev.DecisionID, "error", err)
+		return auditlog.Appended{}, nil
+	}
+	return at, err
+}
+
+func (l *DecisionLog) append(ctx context.Context, ev *Event, onlyInFile uint64) (auditlog.Appended, error) {
 	if l.rules != nil {
 		if drop, err := l.rules.apply(ctx, ev); err != nil || drop {
-			return err
+			return auditlog.Appended{}, err
 		}
 	}
-	// The event is encoded straight into its canonical form; only an
-	// event holding a configured secret takes the slower way through a
-	// generic document, where the secret is replaced.
-	err := l.chain.AppendValue(ev, l.holdsNoSecret)
-	if !errors.Is(err, auditlog.ErrRejected) {
-		return err
+	// The event is encoded straight into its canonical form, into a reused
+	// buffer; only an event holding a configured secret takes the slower
+	// way through a generic document, where the secret is replaced.
+	buf := encodeBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledBuffer {
+			encodeBuffers.Put(buf)
+		}
+	}()
+	rec, err := l.enc.encode((*buf)[:0], ev)
+	if err != nil {
+		return auditlog.Appended{}, fmt.Errorf("encode event: %w", err)
+	}
+	*buf = rec.Canonical[:0]
+	if l.holdsNoSecret(rec.Canonical) {
+		rec.OnlyInFile = onlyInFile
+		return l.chain.AppendEncoded(rec)
 	}
 	b, err := json.Marshal(ev)
 	if err != nil {
-		return fmt.Errorf("encode event: %w", err)
+		return auditlog.Appended{}, fmt.Errorf("encode event: %w", err)
 	}
 	if b, err = redactSecrets(b, l.redact); err != nil {
-		return err
+		return auditlog.Appended{}, err
 	}
-	return l.chain.Append(b)
+	return l.chain.AppendIn(b, onlyInFile)
 }
 
 // holdsNoSecret reports whether the canonical event b is free of every

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"math/rand/v2"
@@ -66,24 +67,33 @@ func populate(r *rand.Rand, v reflect.Value, depth int) {
 	}
 }
 
-// TestDirectCanonicalEncodingEqualsMarshalPath: the log's records, encoded
+// TestEventEncoderEqualsMarshal: the log's records, encoded by hand
 // straight into the canonical form, are byte for byte (hash chain
 // included) what json.Marshal followed by canonicalization gives, for
-// events with every field populated: decisions, list events, errors, notes.
-func TestDirectCanonicalEncodingEqualsMarshalPath(t *testing.T) {
+// events with every field populated: decisions, list events, repeated
+// lists, errors, notes, the log's own labels and bundles and others.
+func TestEventEncoderEqualsMarshal(t *testing.T) {
 	r := rand.New(rand.NewPCG(6, 6))
 	var direct, marshalled bytes.Buffer
 	dw, mw := auditlog.NewWriter(&direct), auditlog.NewWriter(&marshalled)
-	for i := range 500 {
+	var labels map[string]string
+	var bundles map[string]BundleRevision
+	populate(r, reflect.ValueOf(&labels).Elem(), 0)
+	populate(r, reflect.ValueOf(&bundles).Elem(), 0)
+	enc := newEventEncoder(labels, bundles)
+	for i := range 1000 {
 		var ev Event
 		populate(r, reflect.ValueOf(&ev).Elem(), 0)
-		switch i % 4 {
+		if i%3 == 0 {
+			ev.Labels, ev.Bundles = labels, bundles
+		}
+		switch i % 7 {
 		case 0:
 			var in Input
 			populate(r, reflect.ValueOf(&in).Elem(), 0)
 			var dec Decision
 			populate(r, reflect.ValueOf(&dec).Elem(), 0)
-			ev.Input, ev.Result = in, dec
+			ev.Input, ev.Result = in, dec.Result()
 		case 1:
 			var in listInput
 			populate(r, reflect.ValueOf(&in).Elem(), 0)
@@ -94,28 +104,48 @@ func TestDirectCanonicalEncodingEqualsMarshalPath(t *testing.T) {
 			var in Input
 			populate(r, reflect.ValueOf(&in).Elem(), 0)
 			ev.Input, ev.Result = &in, nil
+		case 3:
+			var in listInput
+			populate(r, reflect.ValueOf(&in).Elem(), 0)
+			in.Tools, in.Resources, in.Prompts = nil, nil, nil
+			var rep listRepeat
+			populate(r, reflect.ValueOf(&rep).Elem(), 0)
+			ev.Input, ev.Result = in, rep
+		case 4:
+			ev.Input, ev.Result, ev.Labels, ev.Metrics = (*Input)(nil), []listResult(nil), nil, nil
+		case 5:
+			var in Input // sparse: empty strings, nil maps and pointers
+			in.Tool = &Tool{Name: "t"}
+			ev.Input, ev.Result, ev.Error, ev.Custom, ev.Erased, ev.Bundles = in, Decision{}.Result(), nil, nil, nil, nil
 		}
 		b, err := json.Marshal(&ev)
 		require.NoError(t, err)
-		require.NoError(t, mw.Append(b))
-		require.NoError(t, dw.AppendValue(&ev, nil))
+		want, err := mw.Append(b)
+		require.NoError(t, err)
+		rec, err := enc.encode(nil, &ev)
+		require.NoError(t, err)
+		got, err := dw.AppendEncoded(rec)
+		require.NoError(t, err)
 		require.Equal(t, marshalled.String(), direct.String(), "event %d: %s", i, b)
+		require.Equal(t, want, got)
 	}
 }
 
 // BenchmarkEventEncoding compares, in one run, the two ways a record is
 // made of a fully populated tools/call event: json.Marshal then
-// canonicalization (the way before), and the direct canonical encoding
-// the log uses; both chain and write to io.Discard. `make bench-log` runs it.
+// canonicalization, and the log's way (encoded by hand into the canonical
+// form in a reused buffer); both chain and write to io.Discard. `make
+// bench-log` runs it.
 func BenchmarkEventEncoding(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var in Input
 	populate(r, reflect.ValueOf(&in).Elem(), 0)
-	ev := &Event{Labels: map[string]string{"id": "bench", "version": "bench"}, DecisionID: newUUID(), Path: "mcp/warden/decision",
-		Bundles: map[string]BundleRevision{"mcp-warden": {Revision: "be86e65e46b887d5a425f46c874edb52cb4d7338a3b7242e9e0b2afcc2b8d720"}},
-		Input:   in, Result: Decision{Allow: true, Reason: "tool exposed by data.warden.servers and not denied"}, RequestID: 1,
-		Timestamp: "2026-11-22T02:48:03.094675252Z", Metrics: map[string]int64{"timer_mcp_warden_decision_ns": 697861, "timer_rego_query_eval_ns": 697671},
-		Erased: []string{"/input/arguments"}}
+	l := NewDecisionLog(io.Discard, DecisionLogOptions{Labels: map[string]string{"id": "bench", "version": "bench"},
+		Revision: "be86e65e46b887d5a425f46c874edb52cb4d7338a3b7242e9e0b2afcc2b8d720"})
+	ev := l.baseEvent(697861, 697671)
+	ev.DecisionID, ev.Timestamp = newUUID(), "2026-11-22T02:48:03.094675252Z"
+	ev.Input, ev.Result = in, Decision{Allow: true, Reason: "tool exposed by data.warden.servers and not denied"}.Result()
+	ev.Erased = []string{"/input/arguments"}
 	b.Run("marshal+canonicalize", func(b *testing.B) {
 		w := auditlog.NewWriter(io.Discard)
 		b.ReportAllocs()
@@ -124,16 +154,15 @@ func BenchmarkEventEncoding(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := w.Append(buf); err != nil {
+			if _, err := w.Append(buf); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("direct", func(b *testing.B) {
-		w := auditlog.NewWriter(io.Discard)
 		b.ReportAllocs()
 		for range b.N {
-			if err := w.AppendValue(ev, nil); err != nil {
+			if _, err := l.append(context.Background(), ev, 0); err != nil {
 				b.Fatal(err)
 			}
 		}

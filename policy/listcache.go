@@ -2,7 +2,10 @@ package policy
 
 import (
 	"encoding/json"
+
+	"github.com/mcp-warden/mcp-warden/policy/internal/auditlog"
 	"reflect"
+	"slices"
 	"sync"
 	"unsafe"
 )
@@ -35,6 +38,22 @@ type listCache struct {
 	// byContext maps the JSON of the input without item and volatile
 	// fields (action, principal, server) to the decisions of its items.
 	byContext map[string]map[itemKey]Decision
+	// lists holds, by the context of its first item, the last list logged
+	// in full, so that a repeat of it is recognised in one pass.
+	lists map[string]*listMemo
+}
+
+// listMemoMaxEntries bounds the remembered lists (one per principal and
+// first server); when full they are forgotten.
+const listMemoMaxEntries = 4096
+
+// listMemo is a list whose event was written in full: its items' keys,
+// their decisions, and where the event went. It is never changed.
+type listMemo struct {
+	keys       []listKey
+	decisions  []Decision
+	decisionID string
+	written    auditlog.Appended
 }
 
 // itemKey identifies the listed item. A tool's input schema and annotations
@@ -48,7 +67,7 @@ type itemKey struct {
 }
 
 func newListCache() *listCache {
-	return &listCache{byContext: map[string]map[itemKey]Decision{}}
+	return &listCache{byContext: map[string]map[itemKey]Decision{}, lists: map[string]*listMemo{}}
 }
 
 // listKey is where one input's decision lives; ok is false for an input
@@ -135,7 +154,7 @@ func sameContext(a, b *Input) bool {
 		ca.Cgroup == cb.Cgroup && ca.Network == cb.Network
 }
 
-func sameMap(a, b map[string]any) bool {
+func sameMap[K comparable, V any](a, b map[K]V) bool {
 	return (a == nil) == (b == nil) && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
@@ -191,4 +210,65 @@ func (c *listCache) store(keys []listKey, decisions []Decision, errs []error, hi
 		}
 		items[k.item] = decisions[i]
 	}
+}
+
+// remember records a list just logged in full, whose every item has a key
+// and a decision evaluated without error.
+func (c *listCache) remember(keys []listKey, decisions []Decision, decisionID string, written auditlog.Appended) {
+	if len(keys) == 0 {
+		return
+	}
+	for _, k := range keys {
+		if !k.ok {
+			return
+		}
+	}
+	m := &listMemo{keys: keys, decisions: slices.Clone(decisions), decisionID: decisionID, written: written}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.lists) >= listMemoMaxEntries {
+		clear(c.lists)
+	}
+	c.lists[keys[0].context] = m
+}
+
+// forget drops m, whose file the log has left.
+func (c *listCache) forget(m *listMemo) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lists[m.keys[0].context] == m {
+		delete(c.lists, m.keys[0].context)
+	}
+}
+
+// repeatOf returns the remembered list that keys repeat exactly, or nil.
+// Contexts are compared by content only where they change: consecutive
+// items of one server share one context string.
+func (c *listCache) repeatOf(keys []listKey) *listMemo {
+	if len(keys) == 0 || !keys[0].ok {
+		return nil
+	}
+	c.mu.RLock()
+	m := c.lists[keys[0].context]
+	c.mu.RUnlock()
+	if m == nil || len(m.keys) != len(keys) {
+		return nil
+	}
+	for i := range keys {
+		k, mk := &keys[i], &m.keys[i]
+		if !k.ok || k.item != mk.item {
+			return nil
+		}
+		if i == 0 || !sameString(k.context, keys[i-1].context) || !sameString(mk.context, m.keys[i-1].context) {
+			if k.context != mk.context {
+				return nil
+			}
+		}
+	}
+	return m
+}
+
+// sameString reports whether a and b are the same string in memory.
+func sameString(a, b string) bool {
+	return len(a) == len(b) && unsafe.StringData(a) == unsafe.StringData(b)
 }
