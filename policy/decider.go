@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/mcp-warden/mcp-warden/policy/internal/auditlog"
@@ -69,15 +68,14 @@ func (d *Decider) Decide(ctx context.Context, in Input) Decision {
 // the event's metrics.cache_hits counts them. A list that repeats, item for
 // item and decision for decision, the last list this Decider logged in full
 // for the same principal and servers is logged as a reference to that event
-// (see Event), and costs no per-item lookup. Decisions returned may share
-// their Extra maps with earlier calls: treat them as read-only.
+// (see Event), and costs no per-item lookup. The decisions returned are
+// read-only: a repeated list gets the slice of the list it repeats, and
+// decisions share their Extra maps with earlier calls.
 func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision {
 	start := time.Now()
-	var keys []listKey
-	if d.cache != nil && len(inputs) > 0 {
-		keys = d.cache.keys(inputs)
-		if m := d.cache.repeatOf(keys); m != nil {
-			decisions := slices.Clone(m.decisions)
+	if d.cache != nil {
+		if m := d.cache.repeatOf(inputs); m != nil {
+			decisions := m.decisions
 			took := time.Since(start)
 			ev := d.log.newRepeatEvent(&inputs[0], m, took, took)
 			ev.Metrics["cache_hits"] = int64(len(inputs))
@@ -96,7 +94,9 @@ func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision
 	errs := make([]error, len(inputs))
 	hit := make([]bool, len(inputs))
 	hits := 0
+	var keys []listKey
 	if d.cache != nil {
+		keys = d.cache.keys(inputs)
 		hits = d.cache.lookup(keys, decisions, hit)
 	}
 	failed := false

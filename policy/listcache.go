@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
 
 	"github.com/mcp-warden/mcp-warden/policy/internal/auditlog"
@@ -92,18 +93,24 @@ func (c *listCache) keys(inputs []Input) []listKey {
 			continue
 		}
 		if prev == nil || !sameContext(prev, in) {
-			ctx := *in
-			ctx.Tool, ctx.Resource, ctx.Prompt, ctx.Arguments = nil, nil, nil, nil
-			ctx.Time, ctx.RequestID, ctx.SessionID = "", "", ""
-			b, err := json.Marshal(ctx)
-			if err != nil {
+			ctx, ok := contextKey(in)
+			if !ok {
 				continue
 			}
-			prev, prevContext = in, string(b)
+			prev, prevContext = in, ctx
 		}
 		keys[i] = listKey{context: prevContext, item: item, ok: true}
 	}
 	return keys
+}
+
+// contextKey is the JSON of in without its item and volatile fields.
+func contextKey(in *Input) (string, bool) {
+	ctx := *in
+	ctx.Tool, ctx.Resource, ctx.Prompt, ctx.Arguments = nil, nil, nil, nil
+	ctx.Time, ctx.RequestID, ctx.SessionID = "", "", ""
+	b, err := json.Marshal(ctx)
+	return string(b), err == nil
 }
 
 func itemKeyOf(in *Input) (itemKey, bool) {
@@ -134,6 +141,9 @@ func itemKeyOf(in *Input) (itemKey, bool) {
 // server, comparing maps and slices by identity: equal identity implies
 // equal content, unequal identity just costs an encoding.
 func sameContext(a, b *Input) bool {
+	if a.Action == b.Action && sameMemory(&a.Principal, &b.Principal) && sameMemory(&a.Server, &b.Server) {
+		return true // the usual case: one principal and server copied into every input
+	}
 	pa, pb := a.Principal, b.Principal
 	if a.Action != b.Action || pa.ID != pb.ID || pa.AuthMethod != pb.AuthMethod || pa.Transport != pb.Transport ||
 		!sameMap(pa.Claims, pb.Claims) {
@@ -241,31 +251,45 @@ func (c *listCache) forget(m *listMemo) {
 	}
 }
 
-// repeatOf returns the remembered list that keys repeat exactly, or nil.
-// Contexts are compared by content only where they change: consecutive
-// items of one server share one context string.
-func (c *listCache) repeatOf(keys []listKey) *listMemo {
-	if len(keys) == 0 || !keys[0].ok {
+// repeatOf returns the remembered list that inputs repeat exactly, or
+// nil. It compares each input with the remembered keys without building
+// keys of its own: a context is encoded only where it changes from one
+// input to the next (consecutive items of one server share it).
+func (c *listCache) repeatOf(inputs []Input) *listMemo {
+	if len(inputs) == 0 {
+		return nil
+	}
+	first, ok := contextKey(&inputs[0])
+	if !ok {
 		return nil
 	}
 	c.mu.RLock()
-	m := c.lists[keys[0].context]
+	m := c.lists[first]
 	c.mu.RUnlock()
-	if m == nil || len(m.keys) != len(keys) {
+	if m == nil || len(m.keys) != len(inputs) {
 		return nil
 	}
-	for i := range keys {
-		k, mk := &keys[i], &m.keys[i]
-		if !k.ok || k.item != mk.item {
+	for i := range inputs {
+		in, mk := &inputs[i], &m.keys[i]
+		if item, ok := itemKeyOf(in); !ok || item != mk.item {
 			return nil
 		}
-		if i == 0 || !sameString(k.context, keys[i-1].context) || !sameString(mk.context, m.keys[i-1].context) {
-			if k.context != mk.context {
-				return nil
-			}
+		if i == 0 || sameContext(&inputs[i-1], in) && sameString(mk.context, m.keys[i-1].context) {
+			continue // the first context found m; others compared equal at i-1
+		}
+		if ctx, ok := contextKey(in); !ok || ctx != mk.context {
+			return nil
 		}
 	}
 	return m
+}
+
+// sameMemory reports whether *a and *b hold the same bytes: the same
+// string, map and slice headers, so equal contents, in the sense of
+// sameContext.
+func sameMemory[T any](a, b *T) bool {
+	n := unsafe.Sizeof(*a)
+	return bytes.Equal(unsafe.Slice((*byte)(unsafe.Pointer(a)), n), unsafe.Slice((*byte)(unsafe.Pointer(b)), n))
 }
 
 // sameString reports whether a and b are the same string in memory.
