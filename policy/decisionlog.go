@@ -78,9 +78,26 @@ type listInput struct {
 	RequestID string       `json:"request_id,omitempty"`
 	SessionID string       `json:"session_id,omitempty"`
 	Time      string       `json:"time"`
-	Tools     []listedItem `json:"tools,omitempty"`
-	Resources []listedItem `json:"resources,omitempty"`
-	Prompts   []listedItem `json:"prompts,omitempty"`
+	Tools     listedInputs `json:"tools,omitempty"`
+	Resources listedInputs `json:"resources,omitempty"`
+	Prompts   listedInputs `json:"prompts,omitempty"`
+}
+
+// listedInputs are the items of a list event, kept as their inputs (no
+// copy per item); each is logged as a listedItem.
+type listedInputs []Input
+
+// MarshalJSON writes the items as [{"server", "tool" | "resource" |
+// "prompt"}, …], the form the event encoder writes directly.
+func (l listedInputs) MarshalJSON() ([]byte, error) {
+	if l == nil {
+		return []byte("null"), nil
+	}
+	items := make([]listedItem, len(l))
+	for i, in := range l {
+		items[i] = listedItem{Server: in.Server, Tool: in.Tool, Resource: in.Resource, Prompt: in.Prompt}
+	}
+	return json.Marshal(items)
 }
 
 type listedItem struct {
@@ -303,13 +320,11 @@ func (l *DecisionLog) newEvent(in Input, dec Decision, evalErr error, took, eval
 func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []error, took, eval time.Duration) *Event {
 	ev := l.baseEvent(took, eval)
 	li := listInput{Action: ActionToolsList}
-	items := make([]listedItem, len(inputs))
 	results := make([]listResult, len(inputs))
 	for i, in := range inputs {
 		if i == 0 {
 			li.Action, li.Principal, li.RequestID, li.SessionID, li.Time = in.Action, in.Principal, in.RequestID, in.SessionID, in.Time
 		}
-		items[i] = listedItem{Server: in.Server, Tool: in.Tool, Resource: in.Resource, Prompt: in.Prompt}
 		results[i] = listResult{Decision: decisions[i]}
 		switch {
 		case in.Tool != nil:
@@ -326,11 +341,11 @@ func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []
 	}
 	switch li.Action {
 	case ActionResourcesList:
-		li.Resources = items
+		li.Resources = inputs
 	case ActionPromptsList:
-		li.Prompts = items
+		li.Prompts = inputs
 	default:
-		li.Tools = items
+		li.Tools = inputs
 	}
 	ev.Input = li
 	ev.Result = results

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 
@@ -319,13 +320,18 @@ func appendListInput(b []byte, li *listInput) ([]byte, error) {
 }
 
 // appendListedItems writes items as [{prompt, resource, server, tool}, …].
-func appendListedItems(b []byte, items []listedItem) ([]byte, error) {
+// Once the first item is written, b grows for all of them at once.
+func appendListedItems(b []byte, items listedInputs) ([]byte, error) {
 	var err error
 	b = append(b, '[')
+	start := len(b)
 	for i := range items {
 		it := &items[i]
 		if i > 0 {
 			b = append(b, ',')
+		}
+		if i == 1 {
+			b = slices.Grow(b, (len(b)-start)*(len(items)-1)*5/4)
 		}
 		b = append(b, '{')
 		if it.Prompt != nil {

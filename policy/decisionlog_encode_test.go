@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -167,4 +169,33 @@ func BenchmarkEventEncoding(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkListEventEncoding is the log's part of a tools/list of 1,000
+// tools logged in full (a cold list, or one that changed): building the
+// event, encoding and chaining it, written to io.Discard. `make bench-log`
+// runs it.
+func BenchmarkListEventEncoding(b *testing.B) {
+	l := NewDecisionLog(io.Discard, DecisionLogOptions{Labels: map[string]string{"id": "bench", "version": "bench"},
+		Revision: "be86e65e46b887d5a425f46c874edb52cb4d7338a3b7242e9e0b2afcc2b8d720"})
+	inputs := make([]Input, 1000)
+	decisions := make([]Decision, len(inputs))
+	errs := make([]error, len(inputs))
+	for i := range inputs {
+		name := fmt.Sprintf("tool_%d", i)
+		inputs[i] = Input{Action: ActionToolsList, Principal: Principal{ID: "alice", Transport: "stdio", AuthMethod: "none"},
+			Server: Server{Name: "files", Command: "/usr/bin/files-server", Confinement: Confinement{ProcessGroup: true, Level: "strong"}},
+			Tool: &Tool{Name: "files__" + name, UpstreamName: name, Description: "Tool number " + name + " of the benchmark server.",
+				InputSchema: map[string]any{"type": "object", "properties": map[string]any{"path": map[string]any{"type": "string"}}},
+				SHA256:      strings.Repeat("0", 64)},
+			Time: "2026-11-22T02:48:03.093962263Z", RequestID: "1"}
+		decisions[i] = Decision{Allow: i%3 == 0, Reason: "tool exposed by data.warden.servers and not denied"}
+	}
+	b.ReportAllocs()
+	for range b.N {
+		ev := l.newListEvent(inputs, decisions, errs, 1000, 1000)
+		if _, err := l.append(context.Background(), ev, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
