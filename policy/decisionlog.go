@@ -107,6 +107,16 @@ type listedItem struct {
 	Prompt   *Prompt   `json:"prompt,omitempty"`
 }
 
+// erasedArguments is the "erased" of the default mask.
+var erasedArguments = []string{"/input/arguments"}
+
+// decisionResult is a decision as an event's result: its JSON form is
+// Decision.Result's, written without building that map.
+type decisionResult Decision
+
+// MarshalJSON writes Decision.Result.
+func (d decisionResult) MarshalJSON() ([]byte, error) { return json.Marshal(Decision(d).Result()) }
+
 // listRepeat is the result of a list event that repeats an earlier one.
 type listRepeat struct {
 	SameAs listRef `json:"same_as"`
@@ -306,11 +316,11 @@ func (l *DecisionLog) Close() error {
 func (l *DecisionLog) newEvent(in Input, dec Decision, evalErr error, took, eval time.Duration) *Event {
 	ev := l.baseEvent(took, eval)
 	if !l.rules.masksByPolicy() && in.Arguments != nil {
-		in.Arguments = nil // the default mask; in is a copy
-		ev.Erased = []string{"/input/arguments"}
+		in.Arguments = nil                // the default mask; in is a copy
+		ev.Erased = erasedArguments[:1:1] // shared: appending copies
 	}
 	ev.Input = in
-	ev.Result = dec.Result()
+	ev.Result = decisionResult(dec)
 	if evalErr != nil {
 		ev.Error = &EventError{Code: "evaluation_error", Message: evalErr.Error()}
 	}

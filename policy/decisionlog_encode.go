@@ -123,6 +123,18 @@ func (x *eventEncoder) value(b []byte, v any) ([]byte, error) {
 			b = appendListResult(b, &v[i])
 		}
 		return append(b, ']'), nil
+	case decisionResult:
+		if len(v.Extra) > 0 {
+			return auditlog.AppendCanonical(b, Decision(v).Result())
+		}
+		b = appendBool(append(b, `{"allow":`...), v.Allow)
+		if v.Hidden {
+			b = append(b, `,"hidden":true`...)
+		}
+		if v.Reason != "" {
+			b = auditlog.AppendString(append(b, `,"reason":`...), v.Reason)
+		}
+		return append(b, '}'), nil
 	case listRepeat:
 		b = append(b, `{"same_as":{"decision_id":`...)
 		b = auditlog.AppendString(b, v.SameAs.DecisionID)

@@ -95,7 +95,13 @@ func TestEventEncoderEqualsMarshal(t *testing.T) {
 			populate(r, reflect.ValueOf(&in).Elem(), 0)
 			var dec Decision
 			populate(r, reflect.ValueOf(&dec).Elem(), 0)
-			ev.Input, ev.Result = in, dec.Result()
+			ev.Input, ev.Result = in, decisionResult(dec)
+			if i%2 == 0 {
+				ev.Result = dec.Result()
+			} else if i%3 == 0 {
+				dec.Extra = nil
+				ev.Result = decisionResult(dec)
+			}
 		case 1:
 			var in listInput
 			populate(r, reflect.ValueOf(&in).Elem(), 0)
@@ -118,7 +124,7 @@ func TestEventEncoderEqualsMarshal(t *testing.T) {
 		case 5:
 			var in Input // sparse: empty strings, nil maps and pointers
 			in.Tool = &Tool{Name: "t"}
-			ev.Input, ev.Result, ev.Error, ev.Custom, ev.Erased, ev.Bundles = in, Decision{}.Result(), nil, nil, nil, nil
+			ev.Input, ev.Result, ev.Error, ev.Custom, ev.Erased, ev.Bundles = in, decisionResult{}, nil, nil, nil, nil
 		}
 		b, err := json.Marshal(&ev)
 		require.NoError(t, err)
@@ -146,7 +152,7 @@ func BenchmarkEventEncoding(b *testing.B) {
 		Revision: "be86e65e46b887d5a425f46c874edb52cb4d7338a3b7242e9e0b2afcc2b8d720"})
 	ev := l.baseEvent(697861, 697671)
 	ev.DecisionID, ev.Timestamp = newUUID(), "2026-11-22T02:48:03.094675252Z"
-	ev.Input, ev.Result = in, Decision{Allow: true, Reason: "tool exposed by data.warden.servers and not denied"}.Result()
+	ev.Input, ev.Result = in, decisionResult{Allow: true, Reason: "tool exposed by data.warden.servers and not denied"}
 	ev.Erased = []string{"/input/arguments"}
 	b.Run("marshal+canonicalize", func(b *testing.B) {
 		w := auditlog.NewWriter(io.Discard)
