@@ -245,6 +245,11 @@ type JWTConfig struct {
 	JWKSURL  string `yaml:"jwks_url" json:"jwks_url"`
 	// SubjectClaim holds the principal id; empty means "sub".
 	SubjectClaim string `yaml:"subject_claim" json:"subject_claim"`
+	// RequiredScopes must all be among a token's scopes (its "scope"
+	// claim, space-separated, or "scp"); a valid token that lacks one is
+	// answered 403 insufficient_scope (RFC 6750). API keys and client
+	// certificates carry no scopes and are not checked.
+	RequiredScopes []string `yaml:"required_scopes" json:"required_scopes"`
 }
 
 // DefaultCallTimeout bounds a tools/call when the server sets no CallTimeout.

@@ -301,8 +301,13 @@ func (a AuthConfig) validate(bad func(key, problem, fix string)) {
 		}
 	}
 	j := a.JWT
-	if j == (JWTConfig{}) {
+	if j.Issuer == "" && j.Audience == "" && j.JWKSFile == "" && j.JWKSURL == "" && j.SubjectClaim == "" && len(j.RequiredScopes) == 0 {
 		return
+	}
+	for i, s := range j.RequiredScopes {
+		if s == "" || strings.ContainsAny(s, " \t\n\"\\") {
+			bad(fmt.Sprintf("auth.jwt.required_scopes[%d]", i), fmt.Sprintf("%q is not a scope token", s), "write one scope per entry, e.g. - mcp:tools")
+		}
 	}
 	if j.Issuer == "" {
 		bad("auth.jwt.issuer", "missing", "set the issuer (iss) tokens must carry, e.g. https://idp.example.com")

@@ -88,6 +88,9 @@ func TestConfigValidate(t *testing.T) {
 		{"jwks over plain http", func(c *Config) {
 			c.Auth = AuthConfig{Resource: "https://gw.example/mcp", JWT: JWTConfig{Issuer: "https://idp", JWKSURL: "http://idp.example/jwks"}}
 		}, "auth.jwt.jwks_url", `"http://idp.example/jwks" is not an https URL`, "loopback"},
+		{"scope with a space", func(c *Config) {
+			c.Auth = AuthConfig{Resource: "https://gw.example/mcp", JWT: JWTConfig{Issuer: "https://idp", JWKSFile: "k.pem", RequiredScopes: []string{"mcp:tools", "a b"}}}
+		}, "auth.jwt.required_scopes[1]", `"a b" is not a scope token`, "one scope per entry"},
 		{"jwt without audience", func(c *Config) { c.Auth = AuthConfig{JWT: JWTConfig{Issuer: "https://idp", JWKSFile: "k.pem"}} },
 			"auth.jwt.audience", "missing, and no auth.resource to default to", "set auth.resource"},
 		{"listener with both", func(c *Config) { c.Listeners[0].HTTP = ":1" },
