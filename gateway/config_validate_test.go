@@ -75,6 +75,11 @@ func TestConfigValidate(t *testing.T) {
 			"decision_log.upload.url", `"logs.example.com" is not an http(s) URL`, "<url>/logs"},
 		{"metrics address", func(c *Config) { c.Metrics.HTTP = "9464" },
 			"metrics.http", `"9464" is not a host:port address (missing port in address)`, "127.0.0.1:9464"},
+		{"upload token in clear", func(c *Config) {
+			c.DecisionLog.Upload = DecisionLogUploadConfig{URL: "http://logs.example.com", BearerTokenFile: "/run/secrets/logs"}
+		}, "decision_log.upload.bearer_token_file", "would send the token in clear text to logs.example.com", "https"},
+		{"upload rate", func(c *Config) { c.DecisionLog.Upload.MaxDecisionsPerSecond = -1 },
+			"decision_log.upload.max_decisions_per_second", "negative (-1)", "0 for no limit"},
 		{"upload buffer", func(c *Config) { c.DecisionLog.Upload.BufferEvents = -1 },
 			"decision_log.upload.buffer_events", "negative (-1)", "default (10000)"},
 		{"api key as plain token", func(c *Config) { c.Auth.APIKeys = []APIKeyConfig{{ID: "ci", SHA256: "my-token"}} },

@@ -228,14 +228,25 @@ type UploadOptions struct {
 	// Interval is how long a record may wait to be batched with later
 	// ones (0 means one second).
 	Interval time.Duration
+	// MaxRecordBytes leaves records larger than this out of the upload
+	// (they stay in the file; counted as dropped); 0: no limit.
+	MaxRecordBytes int
+	// MaxPerSecond bounds the records uploaded per second (OPA's
+	// max_decisions_per_second); records beyond it stay in the file only
+	// and are counted as dropped. 0: no limit.
+	MaxPerSecond float64
+	// Authorization is sent as the Authorization header of every upload,
+	// e.g. "Bearer <token>"; it is never logged.
+	Authorization string
 }
 
 // UploadStats counts what happened to the records handed to the upload.
 type UploadStats struct {
 	// Shipped records were accepted by the service.
 	Shipped uint64
-	// Dropped records were never uploaded: the buffer was full, or they
-	// were still waiting when the log was closed.
+	// Dropped records were never uploaded: the buffer was full, they
+	// were over MaxRecordBytes or MaxPerSecond, or they were still waiting
+	// when the log was closed.
 	Dropped uint64
 	// Failures counts failed upload attempts (each is retried).
 	Failures uint64
@@ -265,7 +276,8 @@ func newDecisionLog(chain *auditlog.Writer, opts DecisionLogOptions) *DecisionLo
 	}
 	if opts.Upload.URL != "" {
 		l.shipper = logship.New(logship.Options{URL: opts.Upload.URL, BufferEvents: opts.Upload.BufferEvents,
-			Interval: opts.Upload.Interval, Logger: l.logger})
+			Interval: opts.Upload.Interval, MaxRecordBytes: opts.Upload.MaxRecordBytes, MaxPerSecond: opts.Upload.MaxPerSecond,
+			Authorization: opts.Upload.Authorization, Logger: l.logger})
 		chain.Tee(l.shipper.Enqueue)
 	}
 	return l
