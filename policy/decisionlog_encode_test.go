@@ -197,6 +197,11 @@ func BenchmarkListEventEncoding(b *testing.B) {
 			Time: "2026-11-22T02:48:03.093962263Z", RequestID: "1"}
 		decisions[i] = Decision{Allow: i%3 == 0, Reason: "tool exposed by data.warden.servers and not denied"}
 	}
+	rec, err := l.enc.encode(nil, l.newListEvent(inputs, decisions, errs, 1000, 1000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(len(rec.Canonical)), "record_bytes")
 	b.ReportAllocs()
 	for range b.N {
 		ev := l.newListEvent(inputs, decisions, errs, 1000, 1000)
