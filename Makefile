@@ -74,9 +74,11 @@ policy-test: build
 	./$(BIN) policy test -v rego/library rego/demo
 
 # Decision logging on vs off in the same run, interleaved call by call:
-# p50_added_ns is what the log adds to a decision (default and always fsync).
+# p50_added_ns is what the log adds to a decision (default and always fsync);
+# then the log's part of a 1,000-tool list logged in full.
 bench-log:
-	$(GO) test -run '^$$' -bench 'DecisionLogOverhead|CanonicalRecord|EventEncoding' -benchtime 5000x ./policy/...
+	$(GO) test -run '^$$' -bench 'DecisionLogOverhead|CanonicalRecord|^BenchmarkEventEncoding$$' -benchtime 5000x ./policy/...
+	$(GO) test -run '^$$' -bench 'ListEventEncoding' -benchtime 50x ./policy/
 
 # Confined vs bare spawn-to-ready of the same server, in one run.
 bench-spawn:

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -37,7 +38,9 @@ type authenticator struct {
 	verifier    *authn.Verifier                    // nil: bearer credentials are not configured
 	metadata    *oauthex.ProtectedResourceMetadata // nil without a resource URL
 	metadataURL string
-	logger      *slog.Logger
+	// requiredScopes must all be among a JWT's scopes (else 403).
+	requiredScopes []string
+	logger         *slog.Logger
 }
 
 // principalKey holds the policy.Principal in auth.TokenInfo.Extra.
@@ -76,7 +79,7 @@ func newAuthenticator(cfg AuthConfig, mtls bool, logger *slog.Logger) (*authenti
 			jwtOpts.Keys = ks
 		}
 	}
-	a := &authenticator{verifier: authn.NewVerifier(keys, jwtOpts), logger: logger}
+	a := &authenticator{verifier: authn.NewVerifier(keys, jwtOpts), requiredScopes: cfg.JWT.RequiredScopes, logger: logger}
 	if cfg.Resource != "" {
 		u, err := url.Parse(cfg.Resource)
 		if err != nil {
@@ -91,6 +94,7 @@ func newAuthenticator(cfg AuthConfig, mtls bool, logger *slog.Logger) (*authenti
 		if cfg.JWT.Issuer != "" {
 			a.metadata.AuthorizationServers = []string{cfg.JWT.Issuer}
 		}
+		a.metadata.ScopesSupported = cfg.JWT.RequiredScopes
 	}
 	return a, nil
 }
@@ -146,6 +150,10 @@ func (a *authenticator) protect(h http.Handler) http.Handler {
 		}
 		if id == nil {
 			withoutCredentials(h).ServeHTTP(w, r)
+			return
+		}
+		if missing := a.missingScopes(id); len(missing) > 0 {
+			a.forbid(w, r, id, missing)
 			return
 		}
 		p := policy.Principal{ID: id.ID, Claims: id.Claims, AuthMethod: id.Method, Transport: TransportStreamableHTTP}
@@ -232,6 +240,34 @@ func (a *authenticator) refuse(w http.ResponseWriter, r *http.Request, reason st
 	}
 	w.Header().Set("WWW-Authenticate", challenge)
 	http.Error(w, "unauthorized", http.StatusUnauthorized)
+}
+
+// missingScopes are the required scopes a JWT's identity lacks.
+func (a *authenticator) missingScopes(id *authn.Identity) []string {
+	if id.Method != AuthJWT {
+		return nil
+	}
+	var missing []string
+	for _, s := range a.requiredScopes {
+		if !slices.Contains(id.Scopes, s) {
+			missing = append(missing, s)
+		}
+	}
+	return missing
+}
+
+// forbid answers 403 insufficient_scope (RFC 6750 §3.1) to a valid token
+// that lacks required scopes, naming every required scope so the client
+// can ask for a token that carries them, and logs who lacked which.
+func (a *authenticator) forbid(w http.ResponseWriter, r *http.Request, id *authn.Identity, missing []string) {
+	a.logger.Warn("authorization refused: insufficient scope", "principal", id.ID, "auth_method", id.Method,
+		"missing_scopes", strings.Join(missing, " "), "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+	challenge := fmt.Sprintf(`Bearer error="insufficient_scope", scope=%q`, strings.Join(a.requiredScopes, " "))
+	if a.metadataURL != "" {
+		challenge += fmt.Sprintf(", resource_metadata=%q", a.metadataURL)
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
+	http.Error(w, "forbidden: insufficient scope", http.StatusForbidden)
 }
 
 // withoutCredentials drops the client's credentials from the request

@@ -197,3 +197,48 @@ func TestE2EClientTokenNeverReachesTheUpstream(t *testing.T) {
 		assert.NotContains(t, log.String(), token)
 	}
 }
+
+// TestMissingScopeIs403InsufficientScope: with required scopes configured,
+// a valid JWT lacking one is answered 403 with an RFC 6750
+// insufficient_scope challenge naming the scopes, and the refusal is
+// logged; a JWT carrying them (in "scope" or "scp") and an API key pass.
+func TestMissingScopeIs403InsufficientScope(t *testing.T) {
+	iss := authntest.New(t)
+	var oplog testenv.Buffer
+	cfg := authConfig(iss.Serve())
+	cfg.JWT.RequiredScopes = []string{"mcp:tools", "mcp:read"}
+	g, _ := startGateway(t, &Config{Servers: []ServerConfig{demoServer(t)}, Auth: cfg},
+		WithPolicy(rego.Demo()), WithLogger(slog.New(slog.NewTextHandler(&oplog, nil))))
+	url := serveAuthenticated(t, g)
+	post := func(token string) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+
+	resp := post(iss.Sign(jwtClaims(map[string]any{"scope": "mcp:tools"})))
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	assert.Equal(t, `Bearer error="insufficient_scope", scope="mcp:tools mcp:read", resource_metadata="https://gw.example/.well-known/oauth-protected-resource/mcp"`,
+		resp.Header.Get("WWW-Authenticate"))
+	assert.Contains(t, oplog.String(), "insufficient scope")
+	assert.Contains(t, oplog.String(), "missing_scopes=mcp:read")
+
+	assert.Equal(t, http.StatusOK, post(iss.Sign(jwtClaims(map[string]any{"scope": "mcp:read mcp:tools other"}))).StatusCode)
+	assert.Equal(t, http.StatusOK, post(iss.Sign(jwtClaims(map[string]any{"scope": nil, "scp": []any{"mcp:read", "mcp:tools"}}))).StatusCode)
+	assert.Equal(t, http.StatusOK, post(ciToken).StatusCode, "API keys carry no scopes and are not checked")
+
+	prm, err := http.Get(url + "/.well-known/oauth-protected-resource")
+	require.NoError(t, err)
+	defer prm.Body.Close()
+	var meta map[string]any
+	require.NoError(t, json.NewDecoder(prm.Body).Decode(&meta))
+	assert.Equal(t, []any{"mcp:tools", "mcp:read"}, meta["scopes_supported"])
+}

@@ -193,6 +193,17 @@ type DecisionLogUploadConfig struct {
 	// Interval is how long a record may wait to be batched with later
 	// ones. Zero means one second.
 	Interval time.Duration `yaml:"interval" json:"interval"`
+	// MaxRecordBytes leaves larger records out of the upload (they stay
+	// in the file and count as dropped). Zero: no limit.
+	MaxRecordBytes int `yaml:"max_record_bytes" json:"max_record_bytes"`
+	// MaxDecisionsPerSecond bounds the records uploaded per second, as
+	// OPA's decision_logs.reporting.max_decisions_per_second; the others
+	// stay in the file and count as dropped. Zero: no limit.
+	MaxDecisionsPerSecond float64 `yaml:"max_decisions_per_second" json:"max_decisions_per_second"`
+	// BearerTokenFile holds the token the log service expects, sent as
+	// "Authorization: Bearer <token>" (read at start, surrounding
+	// whitespace trimmed; never logged, and redacted from events).
+	BearerTokenFile string `yaml:"bearer_token_file" json:"bearer_token_file"`
 }
 
 // ListenerConfig is one downstream face: stdio, or streamable HTTP on an
@@ -279,6 +290,11 @@ type JWTConfig struct {
 	JWKSURL  string `yaml:"jwks_url" json:"jwks_url"`
 	// SubjectClaim holds the principal id; empty means "sub".
 	SubjectClaim string `yaml:"subject_claim" json:"subject_claim"`
+	// RequiredScopes must all be among a token's scopes (its "scope"
+	// claim, space-separated, or "scp"); a valid token that lacks one is
+	// answered 403 insufficient_scope (RFC 6750). API keys and client
+	// certificates carry no scopes and are not checked.
+	RequiredScopes []string `yaml:"required_scopes" json:"required_scopes"`
 }
 
 // DefaultCallTimeout bounds a tools/call when the server sets no CallTimeout.

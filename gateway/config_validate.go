@@ -231,6 +231,17 @@ func (c *Config) validate() []*ConfigError {
 	if dl.Upload.BufferEvents < 0 {
 		bad("decision_log.upload.buffer_events", fmt.Sprintf("negative (%d)", dl.Upload.BufferEvents), "use a positive number of records, or 0 for the default (10000)")
 	}
+	if dl.Upload.MaxRecordBytes < 0 {
+		bad("decision_log.upload.max_record_bytes", fmt.Sprintf("negative (%d)", dl.Upload.MaxRecordBytes), "use a size in bytes, or 0 for no limit")
+	}
+	if dl.Upload.MaxDecisionsPerSecond < 0 {
+		bad("decision_log.upload.max_decisions_per_second", fmt.Sprintf("negative (%g)", dl.Upload.MaxDecisionsPerSecond), "use a rate, or 0 for no limit")
+	}
+	if up := dl.Upload; up.BearerTokenFile != "" {
+		if u, err := url.Parse(up.URL); err == nil && u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
+			bad("decision_log.upload.bearer_token_file", "would send the token in clear text to "+u.Host, "use an https url (plain http only on a loopback host)")
+		}
+	}
 	if dl.Upload.Interval < 0 {
 		bad("decision_log.upload.interval", fmt.Sprintf("negative (%s)", dl.Upload.Interval), `use a duration such as "1s", or 0 for the default`)
 	}
@@ -298,8 +309,13 @@ func (a AuthConfig) validate(bad func(key, problem, fix string)) {
 		}
 	}
 	j := a.JWT
-	if j == (JWTConfig{}) {
+	if j.Issuer == "" && j.Audience == "" && j.JWKSFile == "" && j.JWKSURL == "" && j.SubjectClaim == "" && len(j.RequiredScopes) == 0 {
 		return
+	}
+	for i, s := range j.RequiredScopes {
+		if s == "" || strings.ContainsAny(s, " \t\n\"\\") {
+			bad(fmt.Sprintf("auth.jwt.required_scopes[%d]", i), fmt.Sprintf("%q is not a scope token", s), "write one scope per entry, e.g. - mcp:tools")
+		}
 	}
 	if j.Issuer == "" {
 		bad("auth.jwt.issuer", "missing", "set the issuer (iss) tokens must carry, e.g. https://idp.example.com")

@@ -83,6 +83,11 @@ func TestConfigValidate(t *testing.T) {
 			"decision_log.upload.url", `"logs.example.com" is not an http(s) URL`, "<url>/logs"},
 		{"metrics address", func(c *Config) { c.Metrics.HTTP = "9464" },
 			"metrics.http", `"9464" is not a host:port address (missing port in address)`, "127.0.0.1:9464"},
+		{"upload token in clear", func(c *Config) {
+			c.DecisionLog.Upload = DecisionLogUploadConfig{URL: "http://logs.example.com", BearerTokenFile: "/run/secrets/logs"}
+		}, "decision_log.upload.bearer_token_file", "would send the token in clear text to logs.example.com", "https"},
+		{"upload rate", func(c *Config) { c.DecisionLog.Upload.MaxDecisionsPerSecond = -1 },
+			"decision_log.upload.max_decisions_per_second", "negative (-1)", "0 for no limit"},
 		{"upload buffer", func(c *Config) { c.DecisionLog.Upload.BufferEvents = -1 },
 			"decision_log.upload.buffer_events", "negative (-1)", "default (10000)"},
 		{"api key as plain token", func(c *Config) { c.Auth.APIKeys = []APIKeyConfig{{ID: "ci", SHA256: "my-token"}} },
@@ -96,6 +101,9 @@ func TestConfigValidate(t *testing.T) {
 		{"jwks over plain http", func(c *Config) {
 			c.Auth = AuthConfig{Resource: "https://gw.example/mcp", JWT: JWTConfig{Issuer: "https://idp", JWKSURL: "http://idp.example/jwks"}}
 		}, "auth.jwt.jwks_url", `"http://idp.example/jwks" is not an https URL`, "loopback"},
+		{"scope with a space", func(c *Config) {
+			c.Auth = AuthConfig{Resource: "https://gw.example/mcp", JWT: JWTConfig{Issuer: "https://idp", JWKSFile: "k.pem", RequiredScopes: []string{"mcp:tools", "a b"}}}
+		}, "auth.jwt.required_scopes[1]", `"a b" is not a scope token`, "one scope per entry"},
 		{"jwt without audience", func(c *Config) { c.Auth = AuthConfig{JWT: JWTConfig{Issuer: "https://idp", JWKSFile: "k.pem"}} },
 			"auth.jwt.audience", "missing, and no auth.resource to default to", "set auth.resource"},
 		{"listener with both", func(c *Config) { c.Listeners[0].HTTP = ":1" },

@@ -146,6 +146,23 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		}
 	}
 	dl := cfg.DecisionLog
+	upload := policy.UploadOptions{URL: dl.Upload.URL, BufferEvents: dl.Upload.BufferEvents, Interval: dl.Upload.Interval,
+		MaxRecordBytes: dl.Upload.MaxRecordBytes, MaxPerSecond: dl.Upload.MaxDecisionsPerSecond}
+	if f := dl.Upload.BearerTokenFile; f != "" && dl.Upload.URL != "" {
+		b, err := os.ReadFile(f)
+		token := strings.TrimSpace(string(b))
+		if err == nil && token == "" {
+			err = errors.New("the file is empty")
+		}
+		if err != nil {
+			if c, ok := engine.(io.Closer); ok {
+				_ = c.Close()
+			}
+			return nil, fmt.Errorf("decision_log.upload.bearer_token_file %s: %w", f, err)
+		}
+		upload.Authorization = "Bearer " + token
+		secrets = append(secrets, token)
+	}
 	logOpts := policy.DecisionLogOptions{
 		Labels:       map[string]string{"id": instanceID(), "version": Version, "type": "mcp-warden"},
 		Revision:     engine.Revision(),
@@ -156,7 +173,7 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		MaxBytes:     dl.MaxBytes,
 		FailOpen:     dl.OnError == "allow",
 		Logger:       o.logger,
-		Upload:       policy.UploadOptions{URL: dl.Upload.URL, BufferEvents: dl.Upload.BufferEvents, Interval: dl.Upload.Interval},
+		Upload:       upload,
 	}
 	switch {
 	case o.logWriter != nil:

@@ -28,6 +28,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	var servers []*http.Server
 	serve := func(addr string, tlsCfg *ListenerTLSConfig, handler http.Handler, what, path string) error {
 		srv := newHTTPServer(handler)
+		srv.ErrorLog = g.httpErrorLog(addr)
 		scheme := "http"
 		if tlsCfg != nil {
 			c, err := tlsCfg.TLSConfig()

@@ -17,6 +17,8 @@ type metrics struct {
 	registry  *prometheus.Registry
 	decisions *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
+	// tlsHandshakeFailures counts failed TLS handshakes by listener.
+	tlsHandshakeFailures *prometheus.CounterVec
 }
 
 // decisionBuckets span a cached policy lookup (~10 µs) to a slow policy
@@ -35,8 +37,12 @@ func newMetrics(g *Gateway) *metrics {
 			Help:    "Time to decide and log one request (a tools/list decides every tool at once).",
 			Buckets: decisionBuckets,
 		}, []string{"action"}),
+		tlsHandshakeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcp_warden_tls_handshake_failures_total",
+			Help: "TLS handshakes that failed on an HTTP listener (missing or untrusted client certificate, protocol errors), by listener address.",
+		}, []string{"listener"}),
 	}
-	m.registry.MustRegister(m.decisions, m.latency, upstreamCollector{g}, uploadCollector{g.declog},
+	m.registry.MustRegister(m.decisions, m.latency, m.tlsHandshakeFailures, upstreamCollector{g}, uploadCollector{g.declog},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -5,7 +5,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log"
 	"os"
+	"strings"
 )
 
 // verifiesClientCerts reports whether some HTTP listener asks clients for
@@ -48,4 +50,31 @@ func (t *ListenerTLSConfig) TLSConfig() (*tls.Config, error) {
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
+}
+
+// httpErrorLog is the ErrorLog of the http.Server of the listener at addr.
+// net/http reports a failed TLS handshake (no or untrusted client
+// certificate, wrong protocol, a port scanner) only there, as text; it
+// becomes a structured warning with the remote address and reason, counted
+// in mcp_warden_tls_handshake_failures_total. Other server errors are
+// logged as warnings.
+func (g *Gateway) httpErrorLog(addr string) *log.Logger {
+	return log.New(httpServerErrors{g: g, listener: addr}, "", 0)
+}
+
+type httpServerErrors struct {
+	g        *Gateway
+	listener string
+}
+
+func (e httpServerErrors) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if rest, ok := strings.CutPrefix(msg, "http: TLS handshake error from "); ok {
+		remote, reason, _ := strings.Cut(rest, ": ")
+		e.g.metrics.tlsHandshakeFailures.WithLabelValues(e.listener).Inc()
+		e.g.logger.Warn("TLS handshake failed", "listener", e.listener, "remote", remote, "reason", reason)
+		return len(p), nil
+	}
+	e.g.logger.Warn("http server error", "listener", e.listener, "error", msg)
+	return len(p), nil
 }

@@ -113,6 +113,7 @@ func newMTLSFixture(t *testing.T, require_ bool) *mtlsFixture {
 // uses.
 func serveTLS(t *testing.T, g *Gateway, l ListenerTLSConfig) string {
 	srv := httptest.NewUnstartedServer(g.HTTPHandler(policy.Principal{ID: g.cfg.Principal.ID}))
+	srv.Config.ErrorLog = g.httpErrorLog("test-listener")
 	c, err := l.TLSConfig()
 	require.NoError(t, err)
 	srv.TLS = c
@@ -290,4 +291,26 @@ func TestListenerTLSValidation(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// TestTLSHandshakeFailuresAreLoggedAndCounted: a client refused in the
+// handshake appears in the operational log (remote address, reason) and in
+// mcp_warden_tls_handshake_failures_total.
+func TestTLSHandshakeFailuresAreLoggedAndCounted(t *testing.T) {
+	f := newMTLSFixture(t, true)
+	var oplog testenv.Buffer
+	g, _ := startGateway(t, &Config{Servers: []ServerConfig{demoServer(t)},
+		Listeners: []ListenerConfig{{HTTP: "127.0.0.1:0", TLS: &f.tls}}}, WithPolicy(rego.Demo()),
+		WithLogger(slog.New(slog.NewTextHandler(&oplog, nil))))
+	url := serveTLS(t, g, f.tls)
+	for range 2 {
+		_, err := f.httpClient("").Get(url + "/mcp")
+		require.Error(t, err)
+	}
+	require.Eventually(t, func() bool { return strings.Count(oplog.String(), "TLS handshake failed") == 2 }, 10*time.Second, 10*time.Millisecond)
+	assert.Contains(t, oplog.String(), "listener=test-listener remote=127.0.0.1:")
+	assert.Contains(t, oplog.String(), "certificate")
+	rec := httptest.NewRecorder()
+	g.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.Contains(t, rec.Body.String(), `mcp_warden_tls_handshake_failures_total{listener="test-listener"} 2`)
 }

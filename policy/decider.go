@@ -3,8 +3,11 @@ package policy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/mcp-warden/mcp-warden/policy/internal/auditlog"
 )
 
 // Decider makes every decision of a gateway: it evaluates the Engine on an
@@ -49,7 +52,7 @@ func (d *Decider) Decide(ctx context.Context, in Input) Decision {
 	dec, evalErr := d.evaluate(ctx, in)
 	eval := time.Since(start)
 	ev := d.log.newEvent(in, dec, evalErr, time.Since(start), eval)
-	if err := d.log.write(ctx, ev); err != nil {
+	if _, err := d.log.write(ctx, ev, 0); err != nil {
 		return denyForError(in.Action, fmt.Errorf("decision log: %w", err))
 	}
 	return dec
@@ -62,22 +65,45 @@ func (d *Decider) Decide(ctx context.Context, in Input) Decision {
 // order of inputs. If the log cannot be written nothing is exposed.
 //
 // Decisions served from the cache (see Decider) are logged like the others;
-// the event's metrics.cache_hits counts them. Decisions returned may share
-// their Extra maps with earlier calls: treat them as read-only.
+// the event's metrics.cache_hits counts them. A list that repeats, item for
+// item and decision for decision, the last list this Decider logged in full
+// for the same principal and servers is logged as a reference to that event
+// (see Event), and costs no per-item lookup. The decisions returned are
+// read-only: a repeated list gets the slice of the list it repeats, and
+// decisions share their Extra maps with earlier calls.
 func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision {
 	start := time.Now()
+	if d.cache != nil {
+		if m := d.cache.repeatOf(inputs); m != nil {
+			decisions := m.decisions
+			took := time.Since(start)
+			ev := d.log.newRepeatEvent(&inputs[0], m, took, took)
+			ev.Metrics["cache_hits"] = int64(len(inputs))
+			_, err := d.log.write(ctx, ev, m.written.File)
+			if err == nil {
+				return decisions
+			}
+			if !errors.Is(err, auditlog.ErrOtherFile) {
+				return deniedForLog(inputs, err)
+			}
+			// The log moved to a new file: log this list in full there.
+			d.cache.forget(m)
+		}
+	}
 	decisions := make([]Decision, len(inputs))
 	errs := make([]error, len(inputs))
 	hit := make([]bool, len(inputs))
-	var keys []listKey
 	hits := 0
+	var keys []listKey
 	if d.cache != nil {
 		keys = d.cache.keys(inputs)
 		hits = d.cache.lookup(keys, decisions, hit)
 	}
+	failed := false
 	for i, in := range inputs {
 		if !hit[i] {
 			decisions[i], errs[i] = d.evaluate(ctx, in)
+			failed = failed || errs[i] != nil
 		}
 	}
 	if d.cache != nil && hits < len(inputs) {
@@ -88,10 +114,22 @@ func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision
 	if d.cache != nil {
 		ev.Metrics["cache_hits"] = int64(hits)
 	}
-	if err := d.log.write(ctx, ev); err != nil {
-		for i := range decisions {
-			decisions[i] = denyForError(inputs[i].Action, fmt.Errorf("decision log: %w", err))
-		}
+	at, err := d.log.write(ctx, ev, 0)
+	if err != nil {
+		return deniedForLog(inputs, err)
+	}
+	if d.cache != nil && at.Hash != "" && !failed {
+		d.cache.remember(keys, decisions, ev.DecisionID, at)
+	}
+	return decisions
+}
+
+// deniedForLog is every item of a list denied because its event could not
+// be written.
+func deniedForLog(inputs []Input, err error) []Decision {
+	decisions := make([]Decision, len(inputs))
+	for i := range decisions {
+		decisions[i] = denyForError(inputs[i].Action, fmt.Errorf("decision log: %w", err))
 	}
 	return decisions
 }

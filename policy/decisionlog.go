@@ -27,7 +27,11 @@ import (
 // event whose Input is {"action": "tools/list", "principal", "request_id",
 // "session_id", "time", "tools": [{"server", "tool"}, …]} and whose Result
 // is the list of per-tool decisions in the same order, so each one can be
-// replayed by rebuilding its Input.
+// replayed by rebuilding its Input. A list that repeats the last list
+// logged in full for the same principal and servers (same items, same
+// decisions, all from the exposure cache) is logged without its items:
+// its Input has no "tools" and its Result is {"same_as": {"decision_id",
+// "hash"}}, naming that earlier event, which is in the same file.
 type Event struct {
 	Labels     map[string]string         `json:"labels"`
 	DecisionID string                    `json:"decision_id"`
@@ -74,9 +78,26 @@ type listInput struct {
 	RequestID string       `json:"request_id,omitempty"`
 	SessionID string       `json:"session_id,omitempty"`
 	Time      string       `json:"time"`
-	Tools     []listedItem `json:"tools,omitempty"`
-	Resources []listedItem `json:"resources,omitempty"`
-	Prompts   []listedItem `json:"prompts,omitempty"`
+	Tools     listedInputs `json:"tools,omitempty"`
+	Resources listedInputs `json:"resources,omitempty"`
+	Prompts   listedInputs `json:"prompts,omitempty"`
+}
+
+// listedInputs are the items of a list event, kept as their inputs (no
+// copy per item); each is logged as a listedItem.
+type listedInputs []Input
+
+// MarshalJSON writes the items as [{"server", "tool" | "resource" |
+// "prompt"}, …], the form the event encoder writes directly.
+func (l listedInputs) MarshalJSON() ([]byte, error) {
+	if l == nil {
+		return []byte("null"), nil
+	}
+	items := make([]listedItem, len(l))
+	for i, in := range l {
+		items[i] = listedItem{Server: in.Server, Tool: in.Tool, Resource: in.Resource, Prompt: in.Prompt}
+	}
+	return json.Marshal(items)
 }
 
 type listedItem struct {
@@ -84,6 +105,28 @@ type listedItem struct {
 	Tool     *Tool     `json:"tool,omitempty"`
 	Resource *Resource `json:"resource,omitempty"`
 	Prompt   *Prompt   `json:"prompt,omitempty"`
+}
+
+// erasedArguments is the "erased" of the default mask.
+var erasedArguments = []string{"/input/arguments"}
+
+// decisionResult is a decision as an event's result: its JSON form is
+// Decision.Result's, written without building that map.
+type decisionResult Decision
+
+// MarshalJSON writes Decision.Result.
+func (d decisionResult) MarshalJSON() ([]byte, error) { return json.Marshal(Decision(d).Result()) }
+
+// listRepeat is the result of a list event that repeats an earlier one.
+type listRepeat struct {
+	SameAs listRef `json:"same_as"`
+}
+
+// listRef names a list event logged in full: its decision id and the hash
+// of its record.
+type listRef struct {
+	DecisionID string `json:"decision_id"`
+	Hash       string `json:"hash"`
 }
 
 // listResult is one item's entry in the result of a list event, named by
@@ -107,6 +150,8 @@ type listResult struct {
 type DecisionLog struct {
 	labels   map[string]string
 	revision string
+	bundles  map[string]BundleRevision // shared by every event
+	enc      *eventEncoder
 	redact   []string
 	// redactJSON holds each secret as it appears inside a JSON string, so
 	// that the common case, no secret in the event, costs a byte search.
@@ -183,14 +228,25 @@ type UploadOptions struct {
 	// Interval is how long a record may wait to be batched with later
 	// ones (0 means one second).
 	Interval time.Duration
+	// MaxRecordBytes leaves records larger than this out of the upload
+	// (they stay in the file; counted as dropped); 0: no limit.
+	MaxRecordBytes int
+	// MaxPerSecond bounds the records uploaded per second (OPA's
+	// max_decisions_per_second); records beyond it stay in the file only
+	// and are counted as dropped. 0: no limit.
+	MaxPerSecond float64
+	// Authorization is sent as the Authorization header of every upload,
+	// e.g. "Bearer <token>"; it is never logged.
+	Authorization string
 }
 
 // UploadStats counts what happened to the records handed to the upload.
 type UploadStats struct {
 	// Shipped records were accepted by the service.
 	Shipped uint64
-	// Dropped records were never uploaded: the buffer was full, or they
-	// were still waiting when the log was closed.
+	// Dropped records were never uploaded: the buffer was full, they
+	// were over MaxRecordBytes or MaxPerSecond, or they were still waiting
+	// when the log was closed.
 	Dropped uint64
 	// Failures counts failed upload attempts (each is retried).
 	Failures uint64
@@ -208,6 +264,10 @@ func newDecisionLog(chain *auditlog.Writer, opts DecisionLogOptions) *DecisionLo
 	if l.logger == nil {
 		l.logger = slog.New(slog.DiscardHandler)
 	}
+	if l.revision != "" {
+		l.bundles = map[string]BundleRevision{"mcp-warden": {Revision: l.revision}}
+	}
+	l.enc = newEventEncoder(l.labels, l.bundles)
 	for _, s := range opts.Redact {
 		if s != "" {
 			l.redact = append(l.redact, s)
@@ -216,7 +276,8 @@ func newDecisionLog(chain *auditlog.Writer, opts DecisionLogOptions) *DecisionLo
 	}
 	if opts.Upload.URL != "" {
 		l.shipper = logship.New(logship.Options{URL: opts.Upload.URL, BufferEvents: opts.Upload.BufferEvents,
-			Interval: opts.Upload.Interval, Logger: l.logger})
+			Interval: opts.Upload.Interval, MaxRecordBytes: opts.Upload.MaxRecordBytes, MaxPerSecond: opts.Upload.MaxPerSecond,
+			Authorization: opts.Upload.Authorization, Logger: l.logger})
 		chain.Tee(l.shipper.Enqueue)
 	}
 	return l
@@ -267,11 +328,11 @@ func (l *DecisionLog) Close() error {
 func (l *DecisionLog) newEvent(in Input, dec Decision, evalErr error, took, eval time.Duration) *Event {
 	ev := l.baseEvent(took, eval)
 	if !l.rules.masksByPolicy() && in.Arguments != nil {
-		in.Arguments = nil // the default mask; in is a copy
-		ev.Erased = []string{"/input/arguments"}
+		in.Arguments = nil                // the default mask; in is a copy
+		ev.Erased = erasedArguments[:1:1] // shared: appending copies
 	}
 	ev.Input = in
-	ev.Result = dec.Result()
+	ev.Result = decisionResult(dec)
 	if evalErr != nil {
 		ev.Error = &EventError{Code: "evaluation_error", Message: evalErr.Error()}
 	}
@@ -281,13 +342,11 @@ func (l *DecisionLog) newEvent(in Input, dec Decision, evalErr error, took, eval
 func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []error, took, eval time.Duration) *Event {
 	ev := l.baseEvent(took, eval)
 	li := listInput{Action: ActionToolsList}
-	items := make([]listedItem, len(inputs))
 	results := make([]listResult, len(inputs))
 	for i, in := range inputs {
 		if i == 0 {
 			li.Action, li.Principal, li.RequestID, li.SessionID, li.Time = in.Action, in.Principal, in.RequestID, in.SessionID, in.Time
 		}
-		items[i] = listedItem{Server: in.Server, Tool: in.Tool, Resource: in.Resource, Prompt: in.Prompt}
 		results[i] = listResult{Decision: decisions[i]}
 		switch {
 		case in.Tool != nil:
@@ -304,11 +363,11 @@ func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []
 	}
 	switch li.Action {
 	case ActionResourcesList:
-		li.Resources = items
+		li.Resources = inputs
 	case ActionPromptsList:
-		li.Prompts = items
+		li.Prompts = inputs
 	default:
-		li.Tools = items
+		li.Tools = inputs
 	}
 	ev.Input = li
 	ev.Result = results
@@ -327,45 +386,67 @@ func (l *DecisionLog) baseEvent(took, eval time.Duration) *Event {
 			"timer_rego_query_eval_ns":     eval.Nanoseconds(),
 		},
 	}
-	if l.revision != "" {
-		ev.Bundles = map[string]BundleRevision{"mcp-warden": {Revision: l.revision}}
-	}
+	ev.Bundles = l.bundles
 	return ev
 }
 
-// write applies the drop and mask rules to ev and appends it to the chain.
-// With FailOpen a failure is reported to the logger and not returned.
-func (l *DecisionLog) write(ctx context.Context, ev *Event) error {
-	err := l.append(ctx, ev)
-	if err != nil && l.failOpen {
-		l.logger.Error("decision log write failed; decision released (fail-open configured)",
-			"decision_id", ev.DecisionID, "error", err)
-		return nil
-	}
-	return err
+// newRepeatEvent is the event of a list that repeats the list logged in
+// full as m (see Event).
+func (l *DecisionLog) newRepeatEvent(first *Input, m *listMemo, took, eval time.Duration) *Event {
+	ev := l.baseEvent(took, eval)
+	ev.Input = listInput{Action: first.Action, Principal: first.Principal, RequestID: first.RequestID,
+		SessionID: first.SessionID, Time: first.Time}
+	ev.Result = listRepeat{SameAs: listRef{DecisionID: m.decisionID, Hash: m.written.Hash}}
+	return ev
 }
 
-func (l *DecisionLog) append(ctx context.Context, ev *Event) error {
+// write applies the drop and mask rules to ev and appends it to the chain,
+// to file number onlyInFile when that is not zero (else
+// auditlog.ErrOtherFile, whatever FailOpen says). It returns where the
+// record went: nothing when the event was dropped. With FailOpen a failure
+// is reported to the logger and not returned.
+func (l *DecisionLog) write(ctx context.Context, ev *Event, onlyInFile uint64) (auditlog.Appended, error) {
+	at, err := l.append(ctx, ev, onlyInFile)
+	if err != nil && l.failOpen && !errors.Is(err, auditlog.ErrOtherFile) {
+		l.logger.Error("decision log write failed; decision released (fail-open configured)",
+			"decision_id", ev.DecisionID, "error", err)
+		return auditlog.Appended{}, nil
+	}
+	return at, err
+}
+
+func (l *DecisionLog) append(ctx context.Context, ev *Event, onlyInFile uint64) (auditlog.Appended, error) {
 	if l.rules != nil {
 		if drop, err := l.rules.apply(ctx, ev); err != nil || drop {
-			return err
+			return auditlog.Appended{}, err
 		}
 	}
-	// The event is encoded straight into its canonical form; only an
-	// event holding a configured secret takes the slower way through a
-	// generic document, where the secret is replaced.
-	err := l.chain.AppendValue(ev, l.holdsNoSecret)
-	if !errors.Is(err, auditlog.ErrRejected) {
-		return err
+	// The event is encoded straight into its canonical form, into a reused
+	// buffer; only an event holding a configured secret takes the slower
+	// way through a generic document, where the secret is replaced.
+	buf := encodeBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledBuffer {
+			encodeBuffers.Put(buf)
+		}
+	}()
+	rec, err := l.enc.encode((*buf)[:0], ev)
+	if err != nil {
+		return auditlog.Appended{}, fmt.Errorf("encode event: %w", err)
+	}
+	*buf = rec.Canonical[:0]
+	if l.holdsNoSecret(rec.Canonical) {
+		rec.OnlyInFile = onlyInFile
+		return l.chain.AppendEncoded(rec)
 	}
 	b, err := json.Marshal(ev)
 	if err != nil {
-		return fmt.Errorf("encode event: %w", err)
+		return auditlog.Appended{}, fmt.Errorf("encode event: %w", err)
 	}
 	if b, err = redactSecrets(b, l.redact); err != nil {
-		return err
+		return auditlog.Appended{}, err
 	}
-	return l.chain.Append(b)
+	return l.chain.AppendIn(b, onlyInFile)
 }
 
 // holdsNoSecret reports whether the canonical event b is free of every

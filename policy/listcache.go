@@ -1,8 +1,12 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
+
+	"github.com/mcp-warden/mcp-warden/policy/internal/auditlog"
 	"reflect"
+	"slices"
 	"sync"
 	"unsafe"
 )
@@ -35,6 +39,22 @@ type listCache struct {
 	// byContext maps the JSON of the input without item and volatile
 	// fields (action, principal, server) to the decisions of its items.
 	byContext map[string]map[itemKey]Decision
+	// lists holds, by the context of its first item, the last list logged
+	// in full, so that a repeat of it is recognised in one pass.
+	lists map[string]*listMemo
+}
+
+// listMemoMaxEntries bounds the remembered lists (one per principal and
+// first server); when full they are forgotten.
+const listMemoMaxEntries = 4096
+
+// listMemo is a list whose event was written in full: its items' keys,
+// their decisions, and where the event went. It is never changed.
+type listMemo struct {
+	keys       []listKey
+	decisions  []Decision
+	decisionID string
+	written    auditlog.Appended
 }
 
 // itemKey identifies the listed item. A tool's input schema and annotations
@@ -48,7 +68,7 @@ type itemKey struct {
 }
 
 func newListCache() *listCache {
-	return &listCache{byContext: map[string]map[itemKey]Decision{}}
+	return &listCache{byContext: map[string]map[itemKey]Decision{}, lists: map[string]*listMemo{}}
 }
 
 // listKey is where one input's decision lives; ok is false for an input
@@ -73,18 +93,24 @@ func (c *listCache) keys(inputs []Input) []listKey {
 			continue
 		}
 		if prev == nil || !sameContext(prev, in) {
-			ctx := *in
-			ctx.Tool, ctx.Resource, ctx.Prompt, ctx.Arguments = nil, nil, nil, nil
-			ctx.Time, ctx.RequestID, ctx.SessionID = "", "", ""
-			b, err := json.Marshal(ctx)
-			if err != nil {
+			ctx, ok := contextKey(in)
+			if !ok {
 				continue
 			}
-			prev, prevContext = in, string(b)
+			prev, prevContext = in, ctx
 		}
 		keys[i] = listKey{context: prevContext, item: item, ok: true}
 	}
 	return keys
+}
+
+// contextKey is the JSON of in without its item and volatile fields.
+func contextKey(in *Input) (string, bool) {
+	ctx := *in
+	ctx.Tool, ctx.Resource, ctx.Prompt, ctx.Arguments = nil, nil, nil, nil
+	ctx.Time, ctx.RequestID, ctx.SessionID = "", "", ""
+	b, err := json.Marshal(ctx)
+	return string(b), err == nil
 }
 
 func itemKeyOf(in *Input) (itemKey, bool) {
@@ -115,6 +141,9 @@ func itemKeyOf(in *Input) (itemKey, bool) {
 // server, comparing maps and slices by identity: equal identity implies
 // equal content, unequal identity just costs an encoding.
 func sameContext(a, b *Input) bool {
+	if a.Action == b.Action && sameMemory(&a.Principal, &b.Principal) && sameMemory(&a.Server, &b.Server) {
+		return true // the usual case: one principal and server copied into every input
+	}
 	pa, pb := a.Principal, b.Principal
 	if a.Action != b.Action || pa.ID != pb.ID || pa.AuthMethod != pb.AuthMethod || pa.Transport != pb.Transport ||
 		!sameMap(pa.Claims, pb.Claims) {
@@ -135,7 +164,7 @@ func sameContext(a, b *Input) bool {
 		ca.Cgroup == cb.Cgroup && ca.Network == cb.Network
 }
 
-func sameMap(a, b map[string]any) bool {
+func sameMap[K comparable, V any](a, b map[K]V) bool {
 	return (a == nil) == (b == nil) && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
@@ -191,4 +220,79 @@ func (c *listCache) store(keys []listKey, decisions []Decision, errs []error, hi
 		}
 		items[k.item] = decisions[i]
 	}
+}
+
+// remember records a list just logged in full, whose every item has a key
+// and a decision evaluated without error.
+func (c *listCache) remember(keys []listKey, decisions []Decision, decisionID string, written auditlog.Appended) {
+	if len(keys) == 0 {
+		return
+	}
+	for _, k := range keys {
+		if !k.ok {
+			return
+		}
+	}
+	m := &listMemo{keys: keys, decisions: slices.Clone(decisions), decisionID: decisionID, written: written}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.lists) >= listMemoMaxEntries {
+		clear(c.lists)
+	}
+	c.lists[keys[0].context] = m
+}
+
+// forget drops m, whose file the log has left.
+func (c *listCache) forget(m *listMemo) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lists[m.keys[0].context] == m {
+		delete(c.lists, m.keys[0].context)
+	}
+}
+
+// repeatOf returns the remembered list that inputs repeat exactly, or
+// nil. It compares each input with the remembered keys without building
+// keys of its own: a context is encoded only where it changes from one
+// input to the next (consecutive items of one server share it).
+func (c *listCache) repeatOf(inputs []Input) *listMemo {
+	if len(inputs) == 0 {
+		return nil
+	}
+	first, ok := contextKey(&inputs[0])
+	if !ok {
+		return nil
+	}
+	c.mu.RLock()
+	m := c.lists[first]
+	c.mu.RUnlock()
+	if m == nil || len(m.keys) != len(inputs) {
+		return nil
+	}
+	for i := range inputs {
+		in, mk := &inputs[i], &m.keys[i]
+		if item, ok := itemKeyOf(in); !ok || item != mk.item {
+			return nil
+		}
+		if i == 0 || sameContext(&inputs[i-1], in) && sameString(mk.context, m.keys[i-1].context) {
+			continue // the first context found m; others compared equal at i-1
+		}
+		if ctx, ok := contextKey(in); !ok || ctx != mk.context {
+			return nil
+		}
+	}
+	return m
+}
+
+// sameMemory reports whether *a and *b hold the same bytes: the same
+// string, map and slice headers, so equal contents, in the sense of
+// sameContext.
+func sameMemory[T any](a, b *T) bool {
+	n := unsafe.Sizeof(*a)
+	return bytes.Equal(unsafe.Slice((*byte)(unsafe.Pointer(a)), n), unsafe.Slice((*byte)(unsafe.Pointer(b)), n))
+}
+
+// sameString reports whether a and b are the same string in memory.
+func sameString(a, b string) bool {
+	return len(a) == len(b) && unsafe.StringData(a) == unsafe.StringData(b)
 }

@@ -3,7 +3,11 @@ package policy_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -90,12 +94,21 @@ func TestExposureCacheHitsMissesAndLogsEveryList(t *testing.T) {
 			assert.EqualValues(t, 3, cacheHits(t, evs[2]))
 			assert.EqualValues(t, 0, cacheHits(t, evs[3]))
 			assert.EqualValues(t, 0, cacheHits(t, evs[4]))
-			// A hit is logged as an evaluation is: the tool, its decision and reason, the request's own ids.
+			// A repeated list is logged with the request's own ids, as a
+			// reference to the earlier event that lists the same items and decisions.
 			in := evs[1]["input"].(map[string]any)
 			assert.Equal(t, "2", in["request_id"])
 			assert.Equal(t, "s-2", in["session_id"])
-			results := evs[1]["result"].([]any)
-			require.Len(t, results, 4)
+			assert.Equal(t, "alice", in["principal"].(map[string]any)["id"])
+			assert.NotContains(t, in, "tools")
+			assert.Equal(t, map[string]any{"same_as": map[string]any{"decision_id": evs[0]["decision_id"], "hash": evs[0]["hash"]}},
+				evs[1]["result"])
+			// A hit in a list that differs is logged as an evaluation is: the tool, its decision and reason.
+			in = evs[2]["input"].(map[string]any)
+			assert.Equal(t, "3", in["request_id"])
+			assert.Len(t, in["tools"], 5)
+			results := evs[2]["result"].([]any)
+			require.Len(t, results, 5)
 			for i, r := range results {
 				r := r.(map[string]any)
 				assert.Equal(t, "files__"+tools[i], r["tool"])
@@ -169,4 +182,62 @@ func TestExposureCacheConcurrentLists(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Len(t, events(t, buf), 160)
+}
+
+// TestRepeatedListsReferToTheirFullEventInTheSameFile: a repeated list is
+// logged as a reference to the full event, never across a rotation; `audit
+// verify` accepts the log, and names a repeat whose full event is gone.
+func TestRepeatedListsReferToTheirFullEventInTheSameFile(t *testing.T) {
+	ctx := context.Background()
+	engine, err := policy.NewRegoEngine(ctx, rego.Default(), serverData)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	l, err := policy.OpenDecisionLog(path, policy.DecisionLogOptions{MaxBytes: 16 << 10, Sync: policy.SyncNever})
+	require.NoError(t, err)
+	d := policy.NewDecider(engine, l)
+	tools := []string{"read_file", "read_secret", "list", "delete"}
+	for i := range 40 {
+		decisions := d.DecideExposure(ctx, listInputs(tools, time.Now(), fmt.Sprint(i)))
+		require.True(t, decisions[0].Allow)
+		require.False(t, decisions[1].Allow)
+	}
+	require.NoError(t, l.Close())
+	rotated, err := filepath.Glob(path + ".*")
+	require.NoError(t, err)
+	slices.Sort(rotated)
+	files := append(rotated, path)
+	require.GreaterOrEqual(t, len(files), 2, "the log rotated")
+	s, err := policy.VerifyDecisionLog(files, true)
+	require.NoError(t, err)
+	assert.Equal(t, 40, s.Records)
+
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		var evs []map[string]any
+		for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+			var ev map[string]any
+			require.NoError(t, json.Unmarshal(line, &ev))
+			evs = append(evs, ev)
+		}
+		_, full := evs[0]["result"].([]any)
+		assert.True(t, full, "%s: the first list of a file is logged in full", f)
+		for _, ev := range evs[1:] {
+			assert.Equal(t, map[string]any{"same_as": map[string]any{"decision_id": evs[0]["decision_id"], "hash": evs[0]["hash"]}},
+				ev["result"], "%s: later lists repeat the first", f)
+			assert.EqualValues(t, len(tools), cacheHits(t, ev))
+		}
+	}
+
+	// Without its first record (as if the file's head were cut off), the
+	// file still continues a chain, but its repeats name a missing event.
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	cut := filepath.Join(t.TempDir(), "cut.log")
+	require.NoError(t, os.WriteFile(cut, b[bytes.IndexByte(b, '\n')+1:], 0o600))
+	_, err = policy.VerifyDecisionLog([]string{cut}, false)
+	var problem *policy.LogProblem
+	require.ErrorAs(t, err, &problem)
+	assert.Equal(t, 1, problem.Line)
+	assert.Equal(t, "dangling reference", problem.Kind)
 }

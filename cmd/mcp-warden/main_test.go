@@ -66,7 +66,7 @@ func startServe(t *testing.T, args ...string) (*exec.Cmd, string) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	urlRE := regexp.MustCompile(`url=(http://\S+/mcp)`)
+	urlRE := regexp.MustCompile(`url=(https?://\S+/mcp)`)
 	found := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)

@@ -23,6 +23,7 @@ type serveFlags struct {
 	listen      string
 	principal   string
 	decisionLog string
+	tls         gateway.ListenerTLSConfig
 }
 
 func serveCommand() *cobra.Command {
@@ -45,6 +46,10 @@ the configuration are used, and stdio when it names none.`,
 	fl.StringVar(&f.listen, "listen", "", "serve streamable HTTP at http://<address>/mcp (e.g. 127.0.0.1:8080)")
 	fl.StringVar(&f.principal, "principal", "", "principal id of clients that present no credentials")
 	fl.StringVar(&f.decisionLog, "decision-log", "", "append decision events to this file (default: from config, else stderr)")
+	fl.StringVar(&f.tls.CertFile, "tls-cert", "", "serve HTTP over TLS with this PEM certificate (chain): tls.cert_file of the HTTP listeners")
+	fl.StringVar(&f.tls.KeyFile, "tls-key", "", "the PEM private key of --tls-cert: tls.key_file")
+	fl.StringVar(&f.tls.ClientCAFile, "tls-client-ca", "", "verify client certificates against these PEM CAs; a verified certificate names the principal (mTLS): tls.client_ca_file")
+	fl.BoolVar(&f.tls.RequireClientCert, "tls-require-client-cert", false, "refuse, in the handshake, clients without a certificate from --tls-client-ca: tls.require_client_cert")
 	cmd.MarkFlagsMutuallyExclusive("config", "agent", "demo")
 	return cmd
 }
@@ -65,6 +70,9 @@ func runServe(ctx context.Context, f serveFlags) error {
 	}
 	if len(cfg.Listeners) == 0 {
 		cfg.Listeners = []gateway.ListenerConfig{{Stdio: true}}
+	}
+	if err := applyTLSFlags(cfg, f.tls); err != nil {
+		return err
 	}
 	if f.principal != "" {
 		cfg.Principal.ID = f.principal
@@ -92,6 +100,32 @@ func runServe(ctx context.Context, f serveFlags) error {
 		fmt.Fprint(os.Stderr, demoUsage)
 	}
 	return g.Run(ctx)
+}
+
+// applyTLSFlags gives every HTTP listener (the --listen one, or those of
+// the configuration) the TLS of the --tls-* flags, when any is set.
+func applyTLSFlags(cfg *gateway.Config, t gateway.ListenerTLSConfig) error {
+	if t == (gateway.ListenerTLSConfig{}) {
+		return nil
+	}
+	if t.CertFile == "" || t.KeyFile == "" {
+		return errors.New("serve: --tls-cert and --tls-key go together (and --tls-client-ca, --tls-require-client-cert need them)")
+	}
+	if t.RequireClientCert && t.ClientCAFile == "" {
+		return errors.New("serve: --tls-require-client-cert needs --tls-client-ca, the CAs client certificates must chain to")
+	}
+	n := 0
+	for i := range cfg.Listeners {
+		if cfg.Listeners[i].HTTP != "" {
+			tls := t
+			cfg.Listeners[i].TLS = &tls
+			n++
+		}
+	}
+	if n == 0 {
+		return errors.New("serve: --tls-* flags need an HTTP listener: add --listen ADDRESS (or listeners: - http: in the configuration)")
+	}
+	return nil
 }
 
 // serveConfig picks the configuration source named by the flags.

@@ -166,9 +166,7 @@ func (v *Verifier) verifyJWT(ctx context.Context, token string) (*Identity, erro
 	if exp, ok := tok.Expiration(); ok {
 		id.Expiry = exp
 	}
-	if s, ok := claims["scope"].(string); ok {
-		id.Scopes = strings.Fields(s)
-	}
+	id.Scopes = scopes(claims)
 	return id, nil
 }
 
@@ -208,4 +206,26 @@ func payloadClaims(token string) (map[string]any, error) {
 		return nil, err
 	}
 	return claims, nil
+}
+
+// scopes are a token's OAuth scopes: its "scope" claim (RFC 8693: a
+// space-separated string), else "scp" (a string or an array of strings, as
+// some issuers write it).
+func scopes(claims map[string]any) []string {
+	if s, ok := claims["scope"].(string); ok {
+		return strings.Fields(s)
+	}
+	switch scp := claims["scp"].(type) {
+	case string:
+		return strings.Fields(scp)
+	case []any:
+		var out []string
+		for _, v := range scp {
+			if s, ok := v.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
 }

@@ -45,7 +45,7 @@ func writeChain(t *testing.T, dir string, n int, opts Options) string {
 	w, err := Open(path, opts)
 	require.NoError(t, err)
 	for i := range n {
-		require.NoError(t, w.Append(fmt.Appendf(nil, `{"n":%d,"input":{"tool":"t","note":"line\n%d"}}`, i, i)))
+		require.NoError(t, appendErr(w, fmt.Appendf(nil, `{"n":%d,"input":{"tool":"t","note":"line\n%d"}}`, i, i)))
 	}
 	require.NoError(t, w.Close())
 	return path
@@ -63,7 +63,7 @@ func rewrite(t *testing.T, path string, ls [][]byte) {
 
 func TestVerifyIntactChainAndReserialized(t *testing.T) {
 	path := writeChain(t, t.TempDir(), 5, Options{})
-	s, err := Verify([]string{path}, true)
+	s, err := Verify([]string{path}, true, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 5, s.Records)
 	assert.Equal(t, Genesis, s.FirstPrev)
@@ -79,7 +79,7 @@ func TestVerifyIntactChainAndReserialized(t *testing.T) {
 	require.NoError(t, err)
 	ls[2] = append(b, '\n')
 	rewrite(t, path, ls)
-	_, err = Verify([]string{path}, true)
+	_, err = Verify([]string{path}, true, nil)
 	assert.NoError(t, err)
 }
 
@@ -124,7 +124,7 @@ func TestVerifyNamesTheFirstTamperedRecord(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			path := writeChain(t, t.TempDir(), 6, Options{})
 			rewrite(t, path, tc.tamper(lines(t, path)))
-			_, err := Verify([]string{path}, true)
+			_, err := Verify([]string{path}, true, nil)
 			var p *Problem
 			require.ErrorAs(t, err, &p)
 			assert.Equal(t, path, p.File)
@@ -151,32 +151,32 @@ func TestRotationKeepsTheChainAcrossFiles(t *testing.T) {
 		total += len(lines(t, f))
 	}
 	assert.Equal(t, 40, total, "no record lost in rotation")
-	s, err := Verify(files, true)
+	s, err := Verify(files, true, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 40, s.Records)
 
 	// A missing middle file, files out of order, and the last record of a
 	// rotated file removed are all named.
-	_, err = Verify(append([]string{files[0]}, files[2:]...), true)
+	_, err = Verify(append([]string{files[0]}, files[2:]...), true, nil)
 	var p *Problem
 	require.ErrorAs(t, err, &p)
 	assert.Equal(t, files[2], p.File)
 	assert.Equal(t, 1, p.Line)
 
-	_, err = Verify([]string{files[1], files[0]}, true)
+	_, err = Verify([]string{files[1], files[0]}, true, nil)
 	require.ErrorAs(t, err, &p)
 	assert.Equal(t, files[1], p.File, "the later file does not start the chain")
 
 	ls := lines(t, files[0])
 	rewrite(t, files[0], ls[:len(ls)-1])
-	_, err = Verify(files, true)
+	_, err = Verify(files, true, nil)
 	require.ErrorAs(t, err, &p)
 	assert.Equal(t, files[1], p.File)
 	assert.Equal(t, 1, p.Line)
 	assert.Equal(t, KindChainBroken, p.Kind)
 
 	// Retention: later files alone verify when not required to start a chain.
-	_, err = Verify(files[2:], false)
+	_, err = Verify(files[2:], false, nil)
 	assert.NoError(t, err)
 }
 
@@ -184,14 +184,14 @@ func TestReopenContinuesTheChain(t *testing.T) {
 	dir := t.TempDir()
 	path := writeChain(t, dir, 3, Options{})
 	writeChain(t, dir, 3, Options{}) // same path, reopened
-	s, err := Verify([]string{path}, true)
+	s, err := Verify([]string{path}, true, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 6, s.Records)
 
 	// After rotation, a fresh active file continues from the newest rotated one.
 	require.NoError(t, os.Rename(path, path+".20200101T000000.000000000Z"))
 	writeChain(t, dir, 2, Options{})
-	_, err = Verify([]string{path + ".20200101T000000.000000000Z", path}, true)
+	_, err = Verify([]string{path + ".20200101T000000.000000000Z", path}, true, nil)
 	require.NoError(t, err)
 }
 
@@ -217,7 +217,7 @@ func TestConcurrentAppendsFormOneChain(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 200 {
-				assert.NoError(t, w.Append(fmt.Appendf(nil, `{"g":%d,"i":%d}`, g, i)))
+				assert.NoError(t, appendErr(w, fmt.Appendf(nil, `{"g":%d,"i":%d}`, g, i)))
 			}
 		})
 	}
@@ -225,18 +225,24 @@ func TestConcurrentAppendsFormOneChain(t *testing.T) {
 	require.NoError(t, w.Close())
 	files, _ := filepath.Glob(path + ".*")
 	slices.Sort(files)
-	s, err := Verify(append(files, path), true)
+	s, err := Verify(append(files, path), true, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 1600, s.Records)
-	assert.Error(t, w.Append([]byte(`{}`)), "closed")
+	assert.Error(t, appendErr(w, []byte(`{}`)), "closed")
 }
 
 func TestAppendRejectsNonObjectsAndOwnHashFields(t *testing.T) {
 	var buf bytes.Buffer
 	w := NewWriter(&buf)
-	assert.Error(t, w.Append([]byte(`[1]`)))
-	assert.Error(t, w.Append([]byte(`{"hash":"x"}`)))
-	assert.Error(t, w.Append([]byte(`{"prev_hash":"x"}`)))
-	require.NoError(t, w.Append([]byte(`{}`)))
+	assert.Error(t, appendErr(w, []byte(`[1]`)))
+	assert.Error(t, appendErr(w, []byte(`{"hash":"x"}`)))
+	assert.Error(t, appendErr(w, []byte(`{"prev_hash":"x"}`)))
+	require.NoError(t, appendErr(w, []byte(`{}`)))
 	assert.True(t, strings.HasPrefix(buf.String(), `{"prev_hash":"`+Genesis+`","hash":"`), buf.String())
+}
+
+// appendErr is the error of w.Append(event).
+func appendErr(w *Writer, event []byte) error {
+	_, err := w.Append(event)
+	return err
 }

@@ -20,34 +20,115 @@ import (
 // directly in the canonical form: members sorted, no whitespace, minimal
 // escapes. It equals canonicalizing json.Marshal(v), without producing and
 // re-reading the intermediate text; types with their own MarshalJSON or
-// MarshalText are marshalled and canonicalized that way.
+// MarshalText are marshalled and canonicalized that way. The dynamic
+// values of decoded JSON (map[string]any, []any, string, float64, bool,
+// json.Number) take a path without reflection.
 func AppendCanonical(dst []byte, v any) ([]byte, error) {
-	e := encoder{out: dst, prevAt: -1}
-	if err := e.value(reflect.ValueOf(v), 0); err != nil {
+	e := encoder{out: dst}
+	if err := e.dynamic(v, 0); err != nil {
 		return nil, err
 	}
 	return e.out, nil
 }
 
-// encodeRecord encodes the struct or map v as a record: canonical, with a
-// "prev_hash" member holding the Genesis placeholder at its sorted place.
-func encodeRecord(dst []byte, v any) (record, error) {
-	e := encoder{out: dst, prevAt: -1, withPrev: true}
-	if err := e.value(reflect.ValueOf(v), 0); err != nil {
-		return record{}, err
-	}
-	if e.prevAt < 0 {
-		return record{}, errors.New("a record is a JSON object")
-	}
-	return record{canonical: e.out, prevAt: e.prevAt}, nil
+// AppendString appends s as a canonical JSON string, with invalid UTF-8
+// replaced by U+FFFD as encoding/json does.
+func AppendString(dst []byte, s string) []byte { return appendValidString(dst, s) }
+
+// AppendPrevHash appends the "prev_hash" member of a record encoded by
+// hand, with a placeholder value that Writer.AppendEncoded replaces, and
+// returns where that value starts (the PrevAt of Encoded).
+func AppendPrevHash(dst []byte) ([]byte, int) {
+	dst = append(dst, `"prev_hash":"`...)
+	at := len(dst)
+	dst = append(dst, Genesis...)
+	return append(dst, '"'), at
 }
 
 type encoder struct {
 	out []byte
-	// withPrev adds prev_hash to the top-level object; prevAt is where its
-	// value starts.
-	withPrev bool
-	prevAt   int
+}
+
+// dynamic encodes v, looking at the types decoded JSON is made of before
+// falling back to reflection.
+func (e *encoder) dynamic(v any, depth int) error {
+	if depth > maxDepth {
+		return errors.New("encode: nesting too deep")
+	}
+	switch x := v.(type) {
+	case nil:
+		e.out = append(e.out, "null"...)
+	case string:
+		e.out = appendValidString(e.out, x)
+	case bool:
+		e.out = strconv.AppendBool(e.out, x)
+	case float64:
+		return e.float(x, 64)
+	case int:
+		e.out = strconv.AppendInt(e.out, int64(x), 10)
+	case int64:
+		e.out = strconv.AppendInt(e.out, x, 10)
+	case []any:
+		if x == nil {
+			e.out = append(e.out, "null"...)
+			return nil
+		}
+		e.out = append(e.out, '[')
+		for i, el := range x {
+			if i > 0 {
+				e.out = append(e.out, ',')
+			}
+			if err := e.dynamic(el, depth+1); err != nil {
+				return err
+			}
+		}
+		e.out = append(e.out, ']')
+	case map[string]any:
+		return stringMap(e, x, depth, func(v any) error { return e.dynamic(v, depth+1) })
+	case map[string]string:
+		return stringMap(e, x, depth, func(v string) error { e.out = appendValidString(e.out, v); return nil })
+	case map[string]int64:
+		return stringMap(e, x, depth, func(v int64) error { e.out = strconv.AppendInt(e.out, v, 10); return nil })
+	default:
+		return e.value(reflect.ValueOf(v), depth)
+	}
+	return nil
+}
+
+// stringMap writes a map with string keys sorted, each value with val;
+// keys are gathered on the stack for the usual small maps. A key with
+// invalid UTF-8 (repaired keys may collide) takes the reflective way.
+func stringMap[V any](e *encoder, m map[string]V, depth int, val func(V) error) error {
+	if m == nil {
+		e.out = append(e.out, "null"...)
+		return nil
+	}
+	type kv struct {
+		k string
+		v V
+	}
+	var stack [16]kv
+	members := stack[:0]
+	for k, v := range m {
+		if !utf8.ValidString(k) {
+			return e.mapValue(reflect.ValueOf(m), depth)
+		}
+		members = append(members, kv{k, v})
+	}
+	slices.SortFunc(members, func(a, b kv) int { return strings.Compare(a.k, b.k) })
+	e.out = append(e.out, '{')
+	for i, m := range members {
+		if i > 0 {
+			e.out = append(e.out, ',')
+		}
+		e.out = appendString(e.out, m.k)
+		e.out = append(e.out, ':')
+		if err := val(m.v); err != nil {
+			return err
+		}
+	}
+	e.out = append(e.out, '}')
+	return nil
 }
 
 var (
@@ -90,7 +171,16 @@ func (e *encoder) value(v reflect.Value, depth int) error {
 		return e.float(v.Float(), t.Bits())
 	case reflect.String:
 		e.out = appendValidString(e.out, v.String())
-	case reflect.Interface, reflect.Pointer:
+	case reflect.Interface:
+		if v.IsNil() {
+			e.out = append(e.out, "null"...)
+			return nil
+		}
+		if v.CanInterface() {
+			return e.dynamic(v.Interface(), depth)
+		}
+		return e.value(v.Elem(), depth)
+	case reflect.Pointer:
 		if v.IsNil() {
 			e.out = append(e.out, "null"...)
 			return nil
@@ -214,15 +304,6 @@ func (e *encoder) mapValue(v reflect.Value, depth int) error {
 // by name, so no sorting happens per value.
 func (e *encoder) structValue(v reflect.Value, depth int) error {
 	fields := cachedFields(v.Type())
-	if depth == 0 && e.withPrev {
-		members := make([]encMember, 0, len(fields))
-		for _, f := range fields {
-			if fv, ok := fieldByIndex(v, f.index); ok && !(f.omitEmpty && isEmpty(fv) || f.omitZero && fv.IsZero()) {
-				members = append(members, encMember{key: f.name, value: fv})
-			}
-		}
-		return e.object(members, depth)
-	}
 	e.out = append(e.out, '{')
 	n := 0
 	for _, f := range fields {
@@ -266,33 +347,9 @@ func (e *encoder) object(members []encMember, depth int) error {
 			return fmt.Errorf("encode: duplicate key %q", members[i].key)
 		}
 	}
-	top := depth == 0 && e.withPrev
-	if top {
-		e.withPrev = false
-		for _, m := range members {
-			if m.key == keyPrevHash || m.key == keyHash {
-				return errors.New("encode record: event carries its own hash fields")
-			}
-		}
-	}
 	e.out = append(e.out, '{')
-	n := 0
-	writePrev := func() {
-		if n > 0 {
-			e.out = append(e.out, ',')
-		}
-		e.out = append(e.out, `"prev_hash":"`...)
-		e.prevAt = len(e.out)
-		e.out = append(e.out, Genesis...)
-		e.out = append(e.out, '"')
-		n++
-		top = false
-	}
-	for _, m := range members {
-		if top && m.key > keyPrevHash {
-			writePrev()
-		}
-		if n > 0 {
+	for i, m := range members {
+		if i > 0 {
 			e.out = append(e.out, ',')
 		}
 		e.out = appendValidString(e.out, m.key)
@@ -300,10 +357,6 @@ func (e *encoder) object(members []encMember, depth int) error {
 		if err := e.value(m.value, depth+1); err != nil {
 			return err
 		}
-		n++
-	}
-	if top {
-		writePrev()
 	}
 	e.out = append(e.out, '}')
 	return nil

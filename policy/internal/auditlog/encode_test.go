@@ -1,9 +1,12 @@
 package auditlog
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -124,23 +127,61 @@ func TestAppendCanonicalStructsAsEncodingJSON(t *testing.T) {
 	}
 }
 
-func TestEncodeRecordPlacesPrevHash(t *testing.T) {
-	for _, v := range []any{
-		map[string]any{"a": 1, "z": 2},
-		map[string]any{},
-		map[string]any{"zz": 1},
-		map[string]any{"a": 1},
-	} {
-		marshalled, _ := json.Marshal(v)
-		want, err := canonicalRecord(nil, withPrevPlaceholder(nil, marshalled))
+// TestAppendEncodedEqualsAppend: a record encoded by hand with
+// AppendPrevHash and AppendCanonical gets the bytes, hash and chain that
+// Append gives the same event; a misplaced prev_hash is refused.
+func TestAppendEncodedEqualsAppend(t *testing.T) {
+	var viaText, encoded bytes.Buffer
+	tw, ew := NewWriter(&viaText), NewWriter(&encoded)
+	r := rand.New(rand.NewPCG(7, 7))
+	for i := range 200 {
+		doc := randomDoc(r, 0)
+		marshalled, err := json.Marshal(map[string]any{"a": i, "doc": doc})
 		require.NoError(t, err)
-		got, err := encodeRecord(nil, v)
+		want, err := tw.Append(marshalled)
+		if err != nil {
+			continue // a document with colliding repaired keys
+		}
+		b := fmt.Appendf(nil, `{"a":%d,"doc":`, i)
+		b, err = AppendCanonical(b, doc)
 		require.NoError(t, err)
-		require.Equal(t, string(want.canonical), string(got.canonical))
-		require.Equal(t, want.prevAt, got.prevAt)
+		b = append(b, ',')
+		b, at := AppendPrevHash(b)
+		b = append(b, '}')
+		got, err := ew.AppendEncoded(Encoded{Canonical: b, PrevAt: at})
+		require.NoError(t, err)
+		require.Equal(t, want, got)
 	}
-	_, err := encodeRecord(nil, map[string]any{"hash": "x"})
+	require.Equal(t, viaText.String(), encoded.String())
+	_, err := ew.AppendEncoded(Encoded{Canonical: []byte(`{"a":1}`), PrevAt: 3})
 	require.Error(t, err)
-	_, err = encodeRecord(nil, []int{1})
-	require.Error(t, err)
+}
+
+// TestAppendEncodedOnlyInFile: a record bound to a file is refused once
+// the log has rotated, or when it would make the log rotate.
+func TestAppendEncodedOnlyInFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.log")
+	w, err := Open(path, Options{MaxBytes: 400})
+	require.NoError(t, err)
+	defer w.Close()
+	rec := func(file uint64) Encoded {
+		b, at := AppendPrevHash([]byte(`{"n":1,`))
+		return Encoded{Canonical: append(b, '}'), PrevAt: at, OnlyInFile: file}
+	}
+	first, err := w.AppendEncoded(rec(0))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), first.File)
+	_, err = w.AppendEncoded(rec(1))
+	require.NoError(t, err)
+	_, err = w.AppendEncoded(rec(1)) // would rotate
+	require.ErrorIs(t, err, ErrOtherFile)
+	next, err := w.AppendEncoded(rec(0))
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), next.File)
+	_, err = w.AppendEncoded(rec(1))
+	require.ErrorIs(t, err, ErrOtherFile)
+	files, _ := filepath.Glob(path + ".*")
+	s, err := Verify(append(files, path), true, nil)
+	require.NoError(t, err)
+	require.Equal(t, 3, s.Records)
 }

@@ -20,7 +20,16 @@ const (
 	// KindMalformed: the line is not a record (not a JSON object with a
 	// hash and a prev_hash).
 	KindMalformed = "malformed"
+	// KindDanglingReference: the record refers to an earlier record that
+	// is not where it should be (found by a RecordCheck).
+	KindDanglingReference = "dangling reference"
 )
+
+// RecordCheck looks at each record that matches its hash and follows the
+// record before it: file is its file's name, canonical its canonical
+// encoding without "hash". A non-empty answer reports the record as a
+// Problem of KindDanglingReference with that detail.
+type RecordCheck func(file string, canonical []byte, hash string) (detail string)
 
 // Problem is the first record that fails verification.
 type Problem struct {
@@ -46,13 +55,14 @@ type Summary struct {
 
 // Verify checks that files, in order, hold one unbroken chain. With
 // fromGenesis the first record must start a chain; otherwise the files may
-// continue a chain whose earlier files are gone (retention). It returns the
-// first *Problem found, or an I/O error.
-func Verify(files []string, fromGenesis bool) (Summary, error) {
+// continue a chain whose earlier files are gone (retention). check, when
+// not nil, sees every record that passes. It returns the first *Problem
+// found, or an I/O error.
+func Verify(files []string, fromGenesis bool, check RecordCheck) (Summary, error) {
 	var s Summary
 	prev := ""
 	for _, name := range files {
-		if err := verifyFile(name, &prev, fromGenesis, &s); err != nil {
+		if err := verifyFile(name, &prev, fromGenesis, &s, check); err != nil {
 			return s, err
 		}
 		s.Files++
@@ -61,7 +71,7 @@ func Verify(files []string, fromGenesis bool) (Summary, error) {
 	return s, nil
 }
 
-func verifyFile(name string, prev *string, fromGenesis bool, s *Summary) error {
+func verifyFile(name string, prev *string, fromGenesis bool, s *Summary, check RecordCheck) error {
 	f, err := os.Open(name)
 	if err != nil {
 		return err
@@ -105,6 +115,11 @@ func verifyFile(name string, prev *string, fromGenesis bool, s *Summary) error {
 			s.FirstPrev = rec.prevHash
 		case rec.prevHash != *prev:
 			return &Problem{name, lineNo, KindChainBroken, fmt.Sprintf("its prev_hash %s is not the hash of the record before it (%s): a record was deleted or records were reordered here", rec.prevHash, *prev)}
+		}
+		if check != nil {
+			if detail := check(name, rec.canonical, rec.hash); detail != "" {
+				return &Problem{name, lineNo, KindDanglingReference, detail}
+			}
 		}
 		*prev = rec.hash
 		s.Records++

@@ -69,6 +69,8 @@ type Writer struct {
 	pending sync.WaitGroup // running interval syncs
 	closed  bool
 	tee     func(record []byte)
+	// file counts the files written to: 1, then one more per rotation.
+	file uint64
 }
 
 // Tee makes every record, once written, also go to f, called under the
@@ -79,7 +81,7 @@ func (w *Writer) Tee(f func(record []byte)) { w.tee = f }
 // NewWriter returns a Writer appending a chain from Genesis to w, with no
 // rotation and no fsync.
 func NewWriter(w io.Writer) *Writer {
-	lw := &Writer{w: w, opts: Options{Sync: SyncNever}}
+	lw := &Writer{w: w, opts: Options{Sync: SyncNever}, file: 1}
 	copy(lw.prev[:], Genesis)
 	return lw
 }
@@ -97,7 +99,7 @@ func Open(path string, opts Options) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open decision log: %w", err)
 	}
-	w := &Writer{opts: opts, path: path, w: f, f: f}
+	w := &Writer{opts: opts, path: path, w: f, f: f, file: 1}
 	copy(w.prev[:], Genesis)
 	st, err := f.Stat()
 	if err != nil {
@@ -119,57 +121,77 @@ func Open(path string, opts Options) (*Writer, error) {
 	return w, nil
 }
 
+// Appended says where a record went: its hash, and the file it was
+// written to, counted from 1 for the file the Writer opened and increased by
+// each rotation.
+type Appended struct {
+	Hash string
+	File uint64
+}
+
 // Append writes event, a JSON object without "prev_hash" and "hash", as
 // the next record of the chain, and returns once the record is written as
 // the sync policy requires. On error nothing of the record remains in the
 // file, and the chain is unchanged.
-func (w *Writer) Append(event []byte) error {
+func (w *Writer) Append(event []byte) (Appended, error) { return w.AppendIn(event, 0) }
+
+// AppendIn is Append, refusing the record (ErrOtherFile) unless it would
+// be written to the file numbered onlyInFile, when that is not zero.
+func (w *Writer) AppendIn(event []byte, onlyInFile uint64) (Appended, error) {
 	srcBuf := placeholderBuffers.Get().(*[]byte)
 	src := withPrevPlaceholder((*srcBuf)[:0], event)
 	rec, err := canonicalRecord(make([]byte, 0, len(src)+100), src)
 	*srcBuf = src[:0] // rec holds nothing of src
 	placeholderBuffers.Put(srcBuf)
 	if err != nil {
-		return fmt.Errorf("encode record: %w", err)
+		return Appended{}, fmt.Errorf("encode record: %w", err)
 	}
 	if rec.prevAt < 0 || rec.hash != "" {
-		return errors.New("encode record: event carries its own hash fields")
+		return Appended{}, errors.New("encode record: event carries its own hash fields")
 	}
-	return w.append(rec)
+	return w.append(rec.canonical, rec.prevAt, onlyInFile)
 }
 
-// ErrRejected is AppendValue's answer when accept refused the record.
-var ErrRejected = errors.New("record rejected")
-
-// AppendValue is Append of v's JSON encoding (as json.Marshal would
-// encode it), written directly in the canonical form, without the
-// intermediate text Append would canonicalize. accept, when not nil, sees
-// the canonical record first and can refuse it (ErrRejected, nothing
-// written).
-func (w *Writer) AppendValue(v any, accept func(canonical []byte) bool) error {
-	rec, err := encodeRecord(make([]byte, 0, 2048), v)
-	if err != nil {
-		return fmt.Errorf("encode record: %w", err)
-	}
-	if accept != nil && !accept(rec.canonical) {
-		return ErrRejected
-	}
-	return w.append(rec)
+// Encoded is a record its caller encoded in the canonical form: a JSON
+// object without "hash", whose "prev_hash" member was written by
+// AppendPrevHash at its sorted place.
+type Encoded struct {
+	Canonical []byte
+	PrevAt    int
+	// OnlyInFile, when not zero, makes AppendEncoded refuse the record
+	// (ErrOtherFile) unless it would be written to that file: a record
+	// that refers to an earlier one by hash stays in that one's file.
+	OnlyInFile uint64
 }
 
-// append chains and writes rec, canonical with a placeholder prev_hash.
-func (w *Writer) append(rec record) error {
-	line := rec.canonical
+// ErrOtherFile is AppendEncoded's answer when the record would not be
+// written to Encoded.OnlyInFile; nothing is written.
+var ErrOtherFile = errors.New("record would be written to another file")
 
+// AppendEncoded is Append of a record already in canonical form, which
+// saves canonicalizing it. The caller keeps rec.Canonical, which it may
+// reuse once AppendEncoded returns; its spare capacity is written to.
+func (w *Writer) AppendEncoded(rec Encoded) (Appended, error) {
+	const placeholder = `"prev_hash":"`
+	if rec.PrevAt < len(placeholder) || rec.PrevAt+len(Genesis)+1 > len(rec.Canonical) ||
+		string(rec.Canonical[rec.PrevAt-len(placeholder):rec.PrevAt]) != placeholder {
+		return Appended{}, errors.New("encode record: no prev_hash member at the given offset")
+	}
+	return w.append(rec.Canonical, rec.PrevAt, rec.OnlyInFile)
+}
+
+// append chains and writes line, canonical with a placeholder prev_hash
+// at prevAt.
+func (w *Writer) append(line []byte, prevAt int, onlyInFile uint64) (Appended, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
 	case w.closed:
-		return errors.New("decision log closed")
+		return Appended{}, errors.New("decision log closed")
 	case w.syncErr != nil:
-		return fmt.Errorf("decision log: earlier fsync failed, records may be lost: %w", w.syncErr)
+		return Appended{}, fmt.Errorf("decision log: earlier fsync failed, records may be lost: %w", w.syncErr)
 	}
-	copy(line[rec.prevAt:], w.prev[:])
+	copy(line[prevAt:], w.prev[:])
 	sum := sha256.Sum256(line)
 	var hash [sha256.Size * 2]byte
 	hex.Encode(hash[:], sum[:])
@@ -177,16 +199,20 @@ func (w *Writer) append(rec record) error {
 	line = append(line, hash[:]...)
 	line = append(line, '"', '}', '\n')
 
-	if w.f != nil && w.opts.MaxBytes > 0 && w.size > 0 && w.size+int64(len(line)) > w.opts.MaxBytes {
+	rotate := w.f != nil && w.opts.MaxBytes > 0 && w.size > 0 && w.size+int64(len(line)) > w.opts.MaxBytes
+	if onlyInFile != 0 && (onlyInFile != w.file || rotate) {
+		return Appended{}, ErrOtherFile
+	}
+	if rotate {
 		if err := w.rotate(); err != nil {
-			return err
+			return Appended{}, err
 		}
 	}
 	if _, err := w.w.Write(line); err != nil {
 		if w.f != nil {
 			_ = w.f.Truncate(w.size) // leave no partial record behind
 		}
-		return fmt.Errorf("write decision log: %w", err)
+		return Appended{}, fmt.Errorf("write decision log: %w", err)
 	}
 	w.size += int64(len(line))
 	w.prev = hash
@@ -195,7 +221,7 @@ func (w *Writer) append(rec record) error {
 		case SyncAlways:
 			if err := w.f.Sync(); err != nil {
 				w.syncErr = err
-				return fmt.Errorf("fsync decision log: %w", err)
+				return Appended{}, fmt.Errorf("fsync decision log: %w", err)
 			}
 		case SyncInterval:
 			if w.timer == nil {
@@ -205,9 +231,9 @@ func (w *Writer) append(rec record) error {
 		}
 	}
 	if w.tee != nil {
-		w.tee(line)
+		w.tee(bytes.Clone(line)) // line may be the caller's buffer
 	}
-	return nil
+	return Appended{Hash: string(hash[:]), File: w.file}, nil
 }
 
 // placeholderBuffers are reused by Append for the event with its
@@ -266,6 +292,7 @@ func (w *Writer) rotate() error {
 	}
 	_ = w.f.Close()
 	w.f, w.w, w.size = f, f, 0
+	w.file++
 	if w.opts.Sync != SyncNever {
 		syncDir(filepath.Dir(w.path))
 	}

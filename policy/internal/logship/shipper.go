@@ -49,6 +49,16 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Timeout bounds one upload request.
 	Timeout time.Duration
+	// MaxRecordBytes drops, rather than uploads, a record larger than
+	// this (counted in Stats.Dropped); 0 uploads every record.
+	MaxRecordBytes int
+	// MaxPerSecond bounds the records accepted for upload per second
+	// (a token bucket holding one second's worth); records beyond it are
+	// dropped and counted. 0 means no bound.
+	MaxPerSecond float64
+	// Authorization, when set, is sent as the Authorization header of
+	// every upload (e.g. "Bearer <token>"). It is never logged.
+	Authorization string
 	// Logger receives upload failures and drops.
 	Logger *slog.Logger
 }
@@ -78,6 +88,11 @@ type Shipper struct {
 	done    chan struct{}
 	closed  bool
 	full    bool // dropping since the last successful upload (warned once)
+	// tokens and refilled are the MaxPerSecond bucket; limited is set
+	// while records are being dropped for the rate (warned once).
+	tokens   float64
+	refilled time.Time
+	limited  bool
 
 	shipped, dropped, failures atomic.Uint64
 }
@@ -123,8 +138,14 @@ func New(opts Options) *Shipper {
 // not change it) to the upload buffer, dropping the oldest waiting record
 // when the buffer is full. It never blocks on the network.
 func (s *Shipper) Enqueue(record []byte) {
+	if s.opts.MaxRecordBytes > 0 && len(record) > s.opts.MaxRecordBytes {
+		s.dropped.Add(1)
+		s.opts.Logger.Warn("decision-log record larger than the upload's max_record_bytes; not uploaded (it is in the file)",
+			"bytes", len(record), "max_record_bytes", s.opts.MaxRecordBytes)
+		return
+	}
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || !s.allowLocked(time.Now()) {
 		s.mu.Unlock()
 		s.dropped.Add(1)
 		return
@@ -136,6 +157,31 @@ func (s *Shipper) Enqueue(record []byte) {
 	case s.wake <- struct{}{}:
 	default:
 	}
+}
+
+// allowLocked takes a token of the MaxPerSecond bucket, if there is one.
+func (s *Shipper) allowLocked(now time.Time) bool {
+	rate := s.opts.MaxPerSecond
+	if rate <= 0 {
+		return true
+	}
+	if s.refilled.IsZero() {
+		s.tokens = rate
+	} else {
+		s.tokens = min(rate, s.tokens+now.Sub(s.refilled).Seconds()*rate)
+	}
+	s.refilled = now
+	if s.tokens < 1 {
+		if !s.limited {
+			s.limited = true
+			s.opts.Logger.Warn("decision-log upload over max_decisions_per_second; dropping records from the upload (they are in the file)",
+				"max_decisions_per_second", rate)
+		}
+		return false
+	}
+	s.tokens--
+	s.limited = false
+	return true
 }
 
 // trimLocked drops the oldest records beyond the buffer's bound.
@@ -298,6 +344,9 @@ func (s *Shipper) upload(ctx context.Context, batch [][]byte) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Content-Encoding", "gzip")
+	if s.opts.Authorization != "" {
+		req.Header.Set("Authorization", s.opts.Authorization)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("upload decision log: %w", err)

@@ -1,13 +1,16 @@
 package logship
 
 import (
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +34,7 @@ type receiver struct {
 	requests int
 	fail     []int
 	problems []string
+	auth     []string // the Authorization header of each request
 }
 
 func newReceiver(t *testing.T, fail ...int) *receiver {
@@ -44,6 +48,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.requests++
+	r.auth = append(r.auth, req.Header.Get("Authorization"))
 	problem := func(s string) {
 		r.problems = append(r.problems, s)
 		http.Error(w, s, http.StatusBadRequest)
@@ -167,4 +172,57 @@ func TestShipperRefusedConnectionDropsAtClose(t *testing.T) {
 	assert.Equal(t, uint64(20), st.Dropped)
 	s.Enqueue(record(21))
 	assert.Equal(t, uint64(21), s.Stats().Dropped, "records after Close are counted as dropped")
+}
+
+// TestShipperLimitsAndAuthorization: a record over MaxRecordBytes and
+// records over MaxPerSecond are dropped and counted, never uploaded; every
+// upload carries the Authorization header, which no log line shows.
+func TestShipperLimitsAndAuthorization(t *testing.T) {
+	r := newReceiver(t)
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	s := New(Options{URL: r.URL + "/v1", Interval: 10 * time.Millisecond, MaxRecordBytes: 60, MaxPerSecond: 5,
+		Authorization: "Bearer upload-s3cret", Logger: slog.New(slog.NewTextHandler(&lockedWriter{&logMu, &logs}, nil))})
+	s.Enqueue(append(record(0)[:0:0], fmt.Sprintf(`{"req_id":0,"input":{"big":%q}}`, strings.Repeat("x", 100))...))
+	start := time.Now()
+	for i := 1; i <= 20; i++ {
+		s.Enqueue(record(i))
+	}
+	burst := time.Since(start)
+	require.NoError(t, s.Close())
+
+	events, requests, problems := r.received()
+	assert.Empty(t, problems)
+	st := s.Stats()
+	assert.Len(t, events, int(st.Shipped))
+	// One second's worth of records, then what the bucket refilled
+	// while the loop ran (nothing on an idle machine).
+	assert.GreaterOrEqual(t, st.Shipped, uint64(5))
+	assert.LessOrEqual(t, st.Shipped, uint64(5+burst.Seconds()*5+1))
+	assert.Equal(t, 21-st.Shipped, st.Dropped, "the oversized record and those over the rate")
+	for _, ev := range events {
+		assert.NotContains(t, ev["input"], "big")
+	}
+	r.mu.Lock()
+	assert.Len(t, r.auth, requests)
+	for _, a := range r.auth {
+		assert.Equal(t, "Bearer upload-s3cret", a)
+	}
+	r.mu.Unlock()
+	logMu.Lock()
+	defer logMu.Unlock()
+	assert.Contains(t, logs.String(), "max_record_bytes")
+	assert.Contains(t, logs.String(), "max_decisions_per_second")
+	assert.NotContains(t, logs.String(), "s3cret")
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
