@@ -107,7 +107,10 @@ func prestart(at attempt) (*idleInit, error) {
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
 		Args:        []string{nsinit.Arg0, nsinit.Arg1},
-		Env:         []string{}, // the init needs nothing; secrets travel on fd 3
+		// The init needs nothing from the environment (secrets travel on
+		// fd 3); one P keeps its threads few, which makes each all-threads
+		// syscall (Landlock before ABI 8) a shorter round of signals.
+		Env:         []string{"GOMAXPROCS=1"},
 		Stdin:       st.childIn,
 		Stdout:      st.childOut,
 		Stderr:      w.stderr,
@@ -181,6 +184,7 @@ func (w *idleInit) handOver(ctx context.Context, spec Spec, prof Profile, env []
 	if wantEgress && at.netNS {
 		confine.EgressListen = EgressProxyAddr
 	}
+	prepared := stage("prepare")
 	wrote := make(chan error, 1)
 	go func() {
 		err := json.NewEncoder(w.request).Encode(nsinit.Request{
@@ -222,6 +226,9 @@ func (w *idleInit) handOver(ctx context.Context, spec Spec, prof Profile, env []
 		}
 	}
 	p.stages = append(append([]nsinit.Stage{begin}, p.stages...), stage("started"))
+	if w.pooled { // the request was written at prepare, not before the init's start
+		p.stages = slices.Insert(p.stages, 1, prepared)
+	}
 	if confine.EgressListen != "" {
 		if p.egress, err = w.egress.startProxy(prof, spec); err != nil {
 			missing = append(missing, err.Error())
@@ -261,31 +268,40 @@ func (s *stderrSink) Write(b []byte) (int, error) {
 // initReports collects what the init says on fd 4: a first report (Started
 // or Failed) and, from a started init, a final Exited one.
 type initReports struct {
-	first chan nsinit.Report // receives the first report, if any
+	waiting chan struct{}      // closed when the init waits for its request
+	first   chan nsinit.Report // receives the first report after that, if any
 	final nsinit.Report      // set before done closes
 	done  chan struct{}      // closed at EOF, once the init is gone
 }
 
 func newInitReports() *initReports {
-	return &initReports{first: make(chan nsinit.Report, 1), done: make(chan struct{})}
+	return &initReports{waiting: make(chan struct{}), first: make(chan nsinit.Report, 1), done: make(chan struct{})}
 }
 
 func (r *initReports) read(f *os.File) {
 	defer close(r.done)
 	defer f.Close()
 	dec := json.NewDecoder(f)
-	for n := 0; ; n++ {
+	waiting := false
+	for n := 0; ; {
 		var rep nsinit.Report
 		if dec.Decode(&rep) != nil {
 			return
 		}
 		switch {
+		case rep.Waiting:
+			if !waiting {
+				close(r.waiting)
+				waiting = true
+			}
+			continue
 		case rep.Exited:
 			r.final = rep
 			return
 		case n == 0:
 			r.first <- rep
 		}
+		n++
 	}
 }
 

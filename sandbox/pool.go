@@ -136,6 +136,12 @@ func (pl *Pool) fillLocked(net Network) {
 		w, err := prestart(attempts[0])
 		if w != nil {
 			w.pooled = true
+			// Ready means up and blocked on its request, past the
+			// runtime's start-up.
+			select {
+			case <-w.reports.waiting:
+			case <-w.reports.done:
+			}
 		}
 		pl.mu.Lock()
 		s.filling = nil

@@ -26,6 +26,7 @@ func Main() {
 	var trace stages
 	trace.mark("runtime") // the Go runtime and every package init of this binary
 	report := os.NewFile(ReportFD, "report")
+	send(report, Report{Waiting: true}) // an init started ahead of need waits here
 	req, err := readRequest()
 	if err != nil {
 		fail(report, ExitInitFailed, fmt.Sprintf("sandbox init: read request: %v", err))

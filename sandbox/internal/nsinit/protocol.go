@@ -118,9 +118,11 @@ type Achieved struct {
 	Missing             []string `json:"missing,omitempty"` // protections that failed, with the reason
 }
 
-// Report is one message from the init. The first is either Started or
+// Report is one message from the init. The first is Waiting, sent once the
+// init is up and about to read its request; then comes either Started or
 // Failed; a started init sends Exited last, just before it exits.
 type Report struct {
+	Waiting bool `json:"waiting,omitempty"`
 	Started bool `json:"started,omitempty"`
 	Pid     int  `json:"pid,omitempty"` // server pid inside the namespace
 	// Achieved comes with Started when the request asked to Confine.
