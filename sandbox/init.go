@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
-	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -105,8 +105,8 @@ func prestart(at attempt) (*idleInit, error) {
 		attr.UseCgroupFD, attr.CgroupFD = true, w.group.FD()
 	}
 	cmd := &exec.Cmd{
-		Path:        "/proc/self/exe",
-		Args:        []string{nsinit.Arg0, nsinit.Arg1},
+		Path: "/proc/self/exe",
+		Args: []string{nsinit.Arg0, nsinit.Arg1},
 		// The init needs nothing from the environment (secrets travel on
 		// fd 3); one P keeps its threads few, which makes each all-threads
 		// syscall (Landlock before ABI 8) a shorter round of signals.
@@ -270,8 +270,8 @@ func (s *stderrSink) Write(b []byte) (int, error) {
 type initReports struct {
 	waiting chan struct{}      // closed when the init waits for its request
 	first   chan nsinit.Report // receives the first report after that, if any
-	final nsinit.Report      // set before done closes
-	done  chan struct{}      // closed at EOF, once the init is gone
+	final   nsinit.Report      // set before done closes
+	done    chan struct{}      // closed at EOF, once the init is gone
 }
 
 func newInitReports() *initReports {
