@@ -98,6 +98,13 @@ func prestart(at attempt) (*idleInit, error) {
 		w.discard()
 		return nil, err
 	}
+	// What the init can do before its request; the pipe holds it until the
+	// init reads.
+	if err := json.NewEncoder(reqW).Encode(nsinit.Prepare{PrivateMounts: at.mountNS, LoopbackUp: at.netNS}); err != nil {
+		repR.Close()
+		w.discard()
+		return nil, err
+	}
 	attr := *at.attr // attempts are templates; the cgroup is this init's
 	attr.Setpgid = true
 	attr.Pdeathsig = syscall.SIGKILL

@@ -225,7 +225,6 @@ func namespaceAttempts(prof Profile) []attempt {
 func confineRequest(spec Spec, prof Profile, env []string, at attempt, cgroupLimits bool) *nsinit.Confine {
 	c := &nsinit.Confine{
 		Mount:          at.mountNS,
-		LoopbackUp:     at.netNS,
 		DenyTCP:        !at.netNS && prof.Network == NetworkNone,
 		Landlock:       true,
 		MinLandlockABI: prof.MinLandlockABI,

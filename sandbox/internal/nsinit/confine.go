@@ -22,12 +22,17 @@ import (
 // It must run on the goroutine (locked to its thread) that then forks the
 // server: Landlock and seccomp are synchronised to every thread, but the
 // thread that forks is the one whose state the server inherits.
-func confine(c *Confine, program string, args, env []string, trace *stages) *Achieved {
+func confine(c *Confine, early prepared, program string, args, env []string, trace *stages) *Achieved {
 	a := &Achieved{}
 	miss := func(what string, err error) {
 		a.Missing = append(a.Missing, fmt.Sprintf("%s: %v", what, err))
 	}
-	if c.Mount {
+	if early.loopback != nil {
+		miss("network namespace", fmt.Errorf("loopback up: %w", early.loopback))
+	}
+	if c.Mount && early.mounts != nil {
+		miss("mount namespace", early.mounts)
+	} else if c.Mount {
 		// What the server runs (program, interpreter chain, script and its
 		// package tree) is mounted back too when it lives under a masked
 		// directory — a checkout under /tmp, say.
@@ -37,7 +42,7 @@ func confine(c *Confine, program string, args, env []string, trace *stages) *Ach
 				expose = append(expose, p)
 			}
 		}
-		if err := mountPrivate(c.MaskDirs, expose); err != nil {
+		if err := maskHostDirs(c.MaskDirs, expose); err != nil {
 			miss("mount namespace", err)
 		} else {
 			a.Mount = true
@@ -52,12 +57,6 @@ func confine(c *Confine, program string, args, env []string, trace *stages) *Ach
 			miss("uts namespace", fmt.Errorf("sethostname: %w", err))
 		}
 		trace.mark("hostname")
-	}
-	if c.LoopbackUp {
-		if err := loopbackUp(); err != nil {
-			miss("network namespace", fmt.Errorf("loopback up: %w", err))
-		}
-		trace.mark("loopback")
 	}
 	if c.EgressListen != "" {
 		if err := handOverListener(c.EgressListen); err != nil {
@@ -117,14 +116,45 @@ func underAny(path string, dirs []string) bool {
 	return false
 }
 
-// mountPrivate stops mount propagation to and from the host, mounts a /proc
-// of the init's own PID namespace and an empty tmpfs over each masked
-// directory, and mounts the exposed paths (clones of the host's, taken
-// before masking) back at their places.
-func mountPrivate(mask, expose []string) error {
+// prepared is what Prepare set up, or why it could not.
+type prepared struct {
+	mounts   error // private mounts and /proc, if asked
+	loopback error // lo up, if asked
+}
+
+// prepare sets up what p asks, which depends only on the init's namespaces.
+// Making every mount private is the slow step of a confined start (it walks
+// the whole mount tree and its peer groups), hence its place here, where an
+// init started ahead of need does it while it waits.
+func prepare(p Prepare, trace *stages) prepared {
+	var r prepared
+	if p.PrivateMounts {
+		r.mounts = privateMounts()
+		trace.mark("private-mounts")
+	}
+	if p.LoopbackUp {
+		r.loopback = loopbackUp()
+		trace.mark("loopback")
+	}
+	return r
+}
+
+// privateMounts stops mount propagation to and from the host and mounts a
+// /proc of the init's own PID namespace.
+func privateMounts() error {
 	if err := unix.Mount("", "/", "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make / private: %w", err)
 	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	return nil
+}
+
+// maskHostDirs mounts an empty tmpfs over each masked directory and mounts the
+// exposed paths (clones of the host's, taken before masking) back at their
+// places.
+func maskHostDirs(mask, expose []string) error {
 	type clone struct {
 		path string
 		fd   int
@@ -146,9 +176,6 @@ func mountPrivate(mask, expose []string) error {
 			return fmt.Errorf("clone %s: %w", p, err)
 		}
 		clones = append(clones, clone{p, fd, st.IsDir()})
-	}
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount /proc: %w", err)
 	}
 	for _, d := range mask {
 		if st, err := os.Lstat(d); err != nil || !st.IsDir() {
