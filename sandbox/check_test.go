@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -44,5 +45,24 @@ func TestCheckReportsEveryProtectionAndEgress(t *testing.T) {
 		if p.Name == "egress proxy" && (p.Available || !strings.Contains(p.Detail, "network host")) {
 			t.Errorf("network host: %+v", p)
 		}
+	}
+}
+
+// Under the default profile a server may write to /dev/null, /dev/zero and
+// /dev/full and read /dev/zero and /dev/urandom (runtimes and os/exec open
+// them for their children's stdio), but not write to /dev/urandom.
+func TestDefaultProfileDevices(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	p, err := sandbox.Spawn(ctx, sandbox.Spec{Name: "devices", Command: "sh", Args: []string{"-c",
+		`echo x >/dev/null && echo x >/dev/zero && head -c1 /dev/zero >/dev/null && head -c1 /dev/urandom >/dev/null && echo ok
+(echo x >/dev/urandom) 2>/dev/null && echo urandom-writable; true`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	out, err := io.ReadAll(p.Stdout())
+	if err != nil || string(out) != "ok\n" {
+		t.Errorf("got %q, %v; want ok", out, err)
 	}
 }

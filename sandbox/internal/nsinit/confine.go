@@ -344,7 +344,7 @@ func restrictPaths(ro, rw []string, floor int, handleNet bool) (int, error) {
 	roDirs, roFiles := splitDirs(ro)
 	rwDirs, rwFiles := splitDirs(rw)
 	// Writing to /dev/null and friends is not a way out.
-	devs, _ := splitDirs([]string{"/dev/null", "/dev/zero", "/dev/full"})
+	_, devs := splitDirs([]string{"/dev/null", "/dev/zero", "/dev/full"})
 	for _, r := range []struct {
 		paths  []string
 		access uint64
