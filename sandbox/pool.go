@@ -47,7 +47,8 @@ func NewPool() *Pool {
 }
 
 // Spawn is the package's Spawn, served from the pool when it holds an init
-// with the namespace set spec.Profile needs.
+// with the namespace set spec.Profile needs (or is starting one that no
+// other Spawn waits for). A nil *Pool starts every server cold.
 func (pl *Pool) Spawn(ctx context.Context, spec Spec) (*Process, error) {
 	if err := spec.Profile.Validate(); err != nil {
 		return nil, fmt.Errorf("spawn %q: %w", spec.Name, err)
