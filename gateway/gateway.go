@@ -28,8 +28,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-warden/mcp-warden/policy"
-	"github.com/mcp-warden/mcp-warden/sandbox"
 	"github.com/mcp-warden/mcp-warden/rego"
+	"github.com/mcp-warden/mcp-warden/sandbox"
 )
 
 // Version is the gateway's version, reported to clients, to upstream

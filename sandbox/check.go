@@ -35,15 +35,10 @@ func Check(ctx context.Context, profile Profile) (CheckReport, error) {
 		return CheckReport{}, fmt.Errorf("sandbox check: Init was not called")
 	}
 	profile.Mode = ModeBestEffort
-	p, err := Spawn(ctx, Spec{Name: "check", Command: "true", Profile: profile})
+	c, err := checkSpawn(ctx, "check", profile)
 	if err != nil {
-		return CheckReport{}, fmt.Errorf("sandbox check: %w", err)
+		return CheckReport{}, err
 	}
-	_ = p.Wait()
-	if err := p.Close(); err != nil {
-		return CheckReport{}, fmt.Errorf("sandbox check: %w", err)
-	}
-	c := p.Confinement()
 	reason := func(prefix string) string {
 		for _, m := range c.Missing {
 			if strings.HasPrefix(m, prefix) {
@@ -114,15 +109,10 @@ func checkEgress(ctx context.Context, profile Profile) (Protection, error) {
 		return Protection{name, false, "network host: the server uses the host's network directly, without the proxy"}, nil
 	}
 	profile.Egress = Egress{Allow: []string{"egress-check.invalid"}}
-	p, err := Spawn(ctx, Spec{Name: "check-egress", Command: "true", Profile: profile})
+	c, err := checkSpawn(ctx, "check-egress", profile)
 	if err != nil {
-		return Protection{}, fmt.Errorf("sandbox check: %w", err)
+		return Protection{}, err
 	}
-	_ = p.Wait()
-	if err := p.Close(); err != nil {
-		return Protection{}, fmt.Errorf("sandbox check: %w", err)
-	}
-	c := p.Confinement()
 	if c.Network == NetworkProxy {
 		return Protection{name, true, "allowlisted HTTPS via " + EgressProxyAddr + " in the server's own network; internal addresses refused"}, nil
 	}
@@ -132,6 +122,19 @@ func checkEgress(ctx context.Context, profile Profile) (Protection, error) {
 		}
 	}
 	return Protection{name, false, "not achieved"}, nil
+}
+
+// checkSpawn runs "true" under profile and returns what its start achieved.
+func checkSpawn(ctx context.Context, name string, profile Profile) (Confinement, error) {
+	p, err := Spawn(ctx, Spec{Name: name, Command: "true", Profile: profile})
+	if err != nil {
+		return Confinement{}, fmt.Errorf("sandbox check: %w", err)
+	}
+	_ = p.Wait()
+	if err := p.Close(); err != nil {
+		return Confinement{}, fmt.Errorf("sandbox check: %w", err)
+	}
+	return p.Confinement(), nil
 }
 
 func errText(err error, ok string) string {
