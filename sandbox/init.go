@@ -47,8 +47,9 @@ func stage(name string) nsinit.Stage {
 
 // idleInit is a started sandbox init (this binary re-executed, PID 1 of the
 // namespaces of its attempt) that waits for its request on fd 3: the clone,
-// the uid/gid maps and the Go runtime's start-up are behind it. Its Process
-// has no server yet.
+// the uid/gid maps, the Go runtime's start-up and the nsinit.Prepare steps
+// are behind it (once reports.waiting is closed). Its Process has no server
+// yet.
 type idleInit struct {
 	p         *Process
 	at        attempt
@@ -115,8 +116,8 @@ func prestart(at attempt) (*idleInit, error) {
 		Path: "/proc/self/exe",
 		Args: []string{nsinit.Arg0, nsinit.Arg1},
 		// The init needs nothing from the environment (secrets travel on
-		// fd 3); one P keeps its threads few, which makes each all-threads
-		// syscall (Landlock before ABI 8) a shorter round of signals.
+		// fd 3); one P is all it uses, and fewer threads make every
+		// all-threads operation (seccomp's TSYNC) cheaper.
 		Env:         []string{"GOMAXPROCS=1"},
 		Stdin:       st.childIn,
 		Stdout:      st.childOut,
