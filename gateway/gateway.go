@@ -29,6 +29,7 @@ import (
 
 	"github.com/mcp-warden/mcp-warden/policy"
 	"github.com/mcp-warden/mcp-warden/rego"
+	"github.com/mcp-warden/mcp-warden/sandbox"
 )
 
 // Version is the gateway's version, reported to clients, to upstream
@@ -64,6 +65,8 @@ type Gateway struct {
 	status    []ServerStatus
 
 	inflight inflightCounter // forwarded requests, awaited by shutdown
+
+	pool *sandbox.Pool // sandbox inits started ahead for stdio servers; nil: none
 
 	facesMu sync.Mutex
 	faces   []*mcp.Server // the downstream MCP servers, told about list changes
@@ -309,6 +312,9 @@ func (g *Gateway) Start(ctx context.Context) error {
 		return errors.New("gateway: Start called twice or after Close")
 	}
 	g.started = true
+	if hasStdioServer(g.cfg) {
+		g.pool = sandbox.NewPool()
+	}
 	g.mu.Unlock()
 
 	results := make([]*upstream, len(g.cfg.Servers))
@@ -524,7 +530,11 @@ func (g *Gateway) Close() error {
 	g.backgroundClosed = true
 	g.backgroundMu.Unlock()
 	err := g.closeUpstreamsLocked()
+	pool := g.pool
 	g.mu.Unlock()
+	if pool != nil {
+		err = errors.Join(err, pool.Close())
+	}
 	g.background.Wait() // closed upstreams make their work end at once
 	g.closeDownstreamSessions()
 	err = errors.Join(err, g.declog.Close())

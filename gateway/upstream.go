@@ -146,7 +146,7 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 		}
 	} else {
 		l.stderr = newLineLogger(u.g.logger.With("server", sc.Name), "upstream stderr")
-		proc, err := sandbox.Spawn(ctx, sandbox.Spec{
+		proc, err := u.g.spawn(ctx, sandbox.Spec{
 			Name: sc.Name, Command: sc.Command, Args: sc.Args, Dir: sc.Cwd, Env: env, Stderr: l.stderr, Profile: sc.Sandbox,
 		})
 		if err != nil {

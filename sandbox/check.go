@@ -35,15 +35,10 @@ func Check(ctx context.Context, profile Profile) (CheckReport, error) {
 		return CheckReport{}, fmt.Errorf("sandbox check: Init was not called")
 	}
 	profile.Mode = ModeBestEffort
-	p, err := Spawn(ctx, Spec{Name: "check", Command: "true", Profile: profile})
+	c, err := checkSpawn(ctx, "check", profile)
 	if err != nil {
-		return CheckReport{}, fmt.Errorf("sandbox check: %w", err)
+		return CheckReport{}, err
 	}
-	_ = p.Wait()
-	if err := p.Close(); err != nil {
-		return CheckReport{}, fmt.Errorf("sandbox check: %w", err)
-	}
-	c := p.Confinement()
 	reason := func(prefix string) string {
 		for _, m := range c.Missing {
 			if strings.HasPrefix(m, prefix) {
@@ -95,7 +90,51 @@ func Check(ctx context.Context, profile Profile) (CheckReport, error) {
 		unix.Close(fd)
 	}
 	r.Protections = append(r.Protections, Protection{"pidfd", perr == nil, errText(perr, "signals cannot hit a reused pid")})
+	eg, err := checkEgress(ctx, profile)
+	if err != nil {
+		return CheckReport{}, err
+	}
+	r.Protections = append(r.Protections, eg)
 	return r, nil
+}
+
+// checkEgress starts a second server with an egress allowlist and reports
+// whether it got the proxy: a listener on EgressProxyAddr inside its own
+// network namespace, handed to and served by this process. It does not
+// reach out: whether allowed hosts resolve and answer from here is the
+// host network's business.
+func checkEgress(ctx context.Context, profile Profile) (Protection, error) {
+	const name = "egress proxy"
+	if profile.withDefaults().Network == NetworkHost {
+		return Protection{name, false, "network host: the server uses the host's network directly, without the proxy"}, nil
+	}
+	profile.Egress = Egress{Allow: []string{"egress-check.invalid"}}
+	c, err := checkSpawn(ctx, "check-egress", profile)
+	if err != nil {
+		return Protection{}, err
+	}
+	if c.Network == NetworkProxy {
+		return Protection{name, true, "allowlisted HTTPS via " + EgressProxyAddr + " in the server's own network; internal addresses refused"}, nil
+	}
+	for _, m := range c.Missing {
+		if strings.HasPrefix(m, "egress proxy") || strings.HasPrefix(m, "network") {
+			return Protection{name, false, m}, nil
+		}
+	}
+	return Protection{name, false, "not achieved"}, nil
+}
+
+// checkSpawn runs "true" under profile and returns what its start achieved.
+func checkSpawn(ctx context.Context, name string, profile Profile) (Confinement, error) {
+	p, err := Spawn(ctx, Spec{Name: name, Command: "true", Profile: profile})
+	if err != nil {
+		return Confinement{}, fmt.Errorf("sandbox check: %w", err)
+	}
+	_ = p.Wait()
+	if err := p.Close(); err != nil {
+		return Confinement{}, fmt.Errorf("sandbox check: %w", err)
+	}
+	return p.Confinement(), nil
 }
 
 func errText(err error, ok string) string {

@@ -13,7 +13,8 @@
 // seccomp, no capabilities, rlimits, its own cgroup) so that the whole tree,
 // double-forked daemons included, dies with the init. [Process.Confinement]
 // tells what was achieved; nothing is silently assumed. [Check] reports what
-// this kernel offers.
+// this kernel offers. A [Pool] keeps an init started ahead of need, so that
+// a confined start costs little more than a bare one.
 //
 // Linux only.
 package sandbox

@@ -58,7 +58,7 @@ func (h *egressHandover) Close() {
 
 // startProxy receives the listener the init sent before it reported
 // Started, and serves the proxy on it with prof's rules.
-func (h *egressHandover) startProxy(prof Profile) (*egress.Proxy, error) {
+func (h *egressHandover) startProxy(prof Profile, spec Spec) (*egress.Proxy, error) {
 	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4))
 	_, oobn, _, _, err := unix.Recvmsg(int(h.gateway.Fd()), buf, oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
@@ -83,5 +83,26 @@ func (h *egressHandover) startProxy(prof Profile) (*egress.Proxy, error) {
 		l.Close()
 		return nil, err
 	}
-	return egress.Serve(l, rules, egressResolve, egressDial, nil), nil
+	var log func(egress.Decision)
+	if spec.EgressLog != nil {
+		log = func(d egress.Decision) {
+			e := EgressDecision{Server: spec.Name, Host: d.Host, Port: d.Port, Allowed: d.Allowed, Reason: d.Reason}
+			if d.Address.IsValid() {
+				e.Address = d.Address.String()
+			}
+			spec.EgressLog(e)
+		}
+	}
+	return egress.Serve(l, rules, egressResolve, egressDial, log), nil
+}
+
+// EgressDecision is one answer of a server's egress proxy (see
+// Profile.Egress) to a CONNECT request.
+type EgressDecision struct {
+	Server  string // Spec.Name
+	Host    string // the host name the server asked for
+	Port    int
+	Address string // "ip:port" connected to or refused; "" when refused before resolution
+	Allowed bool
+	Reason  string // why it was refused; "" when allowed
 }

@@ -2,10 +2,13 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/mcp-warden/mcp-warden/sandbox/internal/nsinit"
 )
 
 // WithoutInit makes Spawn behave, for the rest of t, as in a binary that
@@ -49,4 +52,39 @@ func SetEgressNetwork(t testing.TB, resolve func(ctx context.Context, host strin
 	prevR, prevD := egressResolve, egressDial
 	egressResolve, egressDial = resolve, dial
 	t.Cleanup(func() { egressResolve, egressDial = prevR, prevD })
+}
+
+// InitArg0 is argv[0] of every sandbox init.
+const InitArg0 = nsinit.Arg0
+
+// WaitWarm waits until pl holds a started init for net waiting for its
+// request, and returns that init's pid. It fails t if none comes (the
+// start failed, or nothing is starting one).
+func WaitWarm(t testing.TB, pl *Pool, net Network) int {
+	t.Helper()
+	pid, err := AwaitWarm(pl, net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// AwaitWarm is WaitWarm for a re-executed test binary's role.
+func AwaitWarm(pl *Pool, net Network) (int, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pl.mu.Lock()
+		s := pl.slot(net)
+		ready, filling, broken := s.ready, s.filling, s.broken
+		pl.mu.Unlock()
+		switch {
+		case ready != nil:
+			return ready.p.Pid(), nil
+		case broken != nil:
+			return 0, fmt.Errorf("pool: starting an init for network %s failed: %w", net, broken)
+		case filling == nil || time.Now().After(deadline):
+			return 0, fmt.Errorf("pool: no init for network %s is waiting or being started", net)
+		}
+		<-filling
+	}
 }

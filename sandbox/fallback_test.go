@@ -15,7 +15,7 @@ func TestFallbackWhenNamespacesAreRefused(t *testing.T) {
 	refused := []attempt{{attr: &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_FS}, userNS: true}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := spawn(ctx, Spec{Name: "srv", Command: "sh", Args: []string{"-c", "echo ok"}}, Profile{}.withDefaults(), refused)
+	p, err := spawn(ctx, Spec{Name: "srv", Command: "sh", Args: []string{"-c", "echo ok"}}, Profile{}.withDefaults(), refused, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,17 +76,24 @@ func subdirs(entries []os.DirEntry) []string {
 }
 
 // BenchmarkSpawnToReady measures, in the same run, spawn-to-first-byte of
-// the same server started bare (no init) and confined by the default
-// profile, and reports the difference as extra-ms/spawn, plus the mean time
-// of each start-up stage of the confined spawn (stage-ms metrics) to show
-// where the difference goes.
+// the same server started bare (no init), confined by the default profile
+// from cold (Spawn: clone, re-exec, runtime start-up, confinement) and
+// confined through a Pool holding a waiting init (pooled: confinement
+// only), and reports each and the differences to bare (extra-*-ms/spawn),
+// plus the mean time of each start-up stage of both confined spawns
+// (cold:* and pooled:* metrics) to show where the difference goes. Before
+// every measured spawn the pool's replacement init has started, so no
+// background start competes with a measurement.
 func BenchmarkSpawnToReady(b *testing.B) {
 	sandbox.TraceStages(b)
+	pl := sandbox.NewPool()
+	defer pl.Close()
 	stageTotal := map[string]time.Duration{}
 	var order []string
-	ready := func(b *testing.B) time.Duration {
+	ready := func(b *testing.B, spawn func(context.Context, sandbox.Spec) (*sandbox.Process, error), prefix string) time.Duration {
+		sandbox.WaitWarm(b, pl, sandbox.NetworkNone)
 		start := time.Now()
-		p, err := sandbox.Spawn(context.Background(), sandbox.Spec{Name: "bench", Command: "sh", Args: []string{"-c", "echo ready; exec cat"}})
+		p, err := spawn(context.Background(), sandbox.Spec{Name: "bench", Command: "sh", Args: []string{"-c", "echo ready; exec cat"}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -97,6 +104,7 @@ func BenchmarkSpawnToReady(b *testing.B) {
 		d := time.Since(start)
 		names, durs := sandbox.StageDurations(p)
 		for i, name := range names {
+			name = prefix + name
 			if _, ok := stageTotal[name]; !ok {
 				order = append(order, name)
 			}
@@ -107,16 +115,19 @@ func BenchmarkSpawnToReady(b *testing.B) {
 		}
 		return d
 	}
-	var bare, confined time.Duration
+	var bare, cold, pooled time.Duration
 	for b.Loop() {
-		sandbox.WithoutInitDo(func() { bare += ready(b) })
-		confined += ready(b)
+		sandbox.WithoutInitDo(func() { bare += ready(b, sandbox.Spawn, "") })
+		cold += ready(b, sandbox.Spawn, "cold:")
+		pooled += ready(b, pl.Spawn, "pooled:")
 	}
 	n := float64(b.N)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / n / 1000 }
 	b.ReportMetric(ms(bare), "bare-ms/spawn")
-	b.ReportMetric(ms(confined), "confined-ms/spawn")
-	b.ReportMetric(ms(confined-bare), "extra-ms/spawn")
+	b.ReportMetric(ms(cold), "cold-ms/spawn")
+	b.ReportMetric(ms(pooled), "pooled-ms/spawn")
+	b.ReportMetric(ms(cold-bare), "extra-cold-ms/spawn")
+	b.ReportMetric(ms(pooled-bare), "extra-pooled-ms/spawn")
 	for _, name := range order {
 		b.ReportMetric(ms(stageTotal[name]), name+"-ms")
 	}

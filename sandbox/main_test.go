@@ -21,19 +21,32 @@ func TestMain(m *testing.M) {
 	sandbox.Init()
 	switch os.Getenv(roleEnv) {
 	case "parent":
-		os.Exit(runParent())
+		os.Exit(runParent(false))
+	case "parent-pool":
+		os.Exit(runParent(true))
 	case "fds":
 		os.Exit(runListFDs())
 	}
 	goleak.VerifyTestMain(m)
 }
 
-// runParent plays a gateway that spawns a tree, prints the pid Spawn
-// started, and waits to be SIGKILLed by TestParentKilled.
-func runParent() int {
+// runParent plays a gateway that spawns a tree (through a Pool if pooled),
+// prints the pid Spawn started and the pid of the init the pool then holds
+// (0 without a pool), and waits to be SIGKILLed by TestParentKilled.
+func runParent(pooled bool) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := sandbox.Spawn(ctx, sandbox.Spec{
+	spawn := sandbox.Spawn
+	var pl *sandbox.Pool
+	if pooled {
+		pl = sandbox.NewPool()
+		if _, err := sandbox.AwaitWarm(pl, sandbox.NetworkNone); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		spawn = pl.Spawn
+	}
+	p, err := spawn(ctx, sandbox.Spec{
 		Name:    "tree",
 		Command: "sh",
 		Args:    []string{"-c", treeScript, "sh", "escape"},
@@ -43,7 +56,14 @@ func runParent() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	fmt.Printf("pid %d pidns %v\n", p.Pid(), p.Confinement().PIDNamespace)
+	idle := 0
+	if pooled {
+		if idle, err = sandbox.AwaitWarm(pl, sandbox.NetworkNone); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	fmt.Printf("pid %d pidns %v idle %d\n", p.Pid(), p.Confinement().PIDNamespace, idle)
 	time.Sleep(5 * time.Minute) // killed long before
 	return 1
 }

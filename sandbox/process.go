@@ -30,26 +30,29 @@ type Process struct {
 	stages   []nsinit.Stage   // start-up stages, when traced
 	egress   *egress.Proxy    // the server's egress proxy, if any
 
-	done    chan struct{} // closed once reaped; exitErr is set before
-	exitErr error
+	done chan struct{} // closed once reaped; exit is set before
+	exit *ExitError    // nil: status 0; Name is filled in by Wait
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-func newProcess(spec Spec, st *stdio) *Process {
-	grace := spec.StopGrace
-	if grace <= 0 {
-		grace = defaultStopGrace
-	}
+// newProcess is a Process on the gateway's ends of st, not yet started and
+// not yet named: an init started ahead of need learns its server later.
+func newProcess(st *stdio) *Process {
 	return &Process{
-		name:        spec.Name,
-		grace:       grace,
 		confinement: Confinement{ProcessGroup: true, ParentDeathSignal: true},
 		stdin:       st.in,
 		stdout:      st.out,
 		done:        make(chan struct{}),
 	}
+}
+
+func stopGrace(spec Spec) time.Duration {
+	if spec.StopGrace <= 0 {
+		return defaultStopGrace
+	}
+	return spec.StopGrace
 }
 
 // Stdin returns the server's stdin. Closing it asks a well-behaved server to
@@ -77,7 +80,12 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 // status 0, else an *ExitError. It does not stop the server; Close does.
 func (p *Process) Wait() error {
 	<-p.done
-	return p.exitErr
+	if p.exit == nil {
+		return nil
+	}
+	e := *p.exit
+	e.Name = p.name
+	return &e
 }
 
 // Close stops the server and releases its pipes: it closes stdin, waits
@@ -148,19 +156,19 @@ func (p *Process) signalGroup(sig syscall.Signal) error {
 }
 
 // exitError turns the wait status of the process Spawn started into Wait's
-// result.
-func (p *Process) exitError(ps *os.ProcessState) error {
+// result (without the server's name).
+func exitError(ps *os.ProcessState) *ExitError {
 	if ps == nil {
-		return &ExitError{Name: p.name, Code: -1}
+		return &ExitError{Code: -1}
 	}
 	ws, ok := ps.Sys().(syscall.WaitStatus)
 	switch {
 	case !ok:
-		return &ExitError{Name: p.name, Code: -1}
+		return &ExitError{Code: -1}
 	case ws.Signaled():
-		return &ExitError{Name: p.name, Code: -1, Signal: ws.Signal()}
+		return &ExitError{Code: -1, Signal: ws.Signal()}
 	case ws.ExitStatus() != 0:
-		return &ExitError{Name: p.name, Code: ws.ExitStatus()}
+		return &ExitError{Code: ws.ExitStatus()}
 	}
 	return nil
 }

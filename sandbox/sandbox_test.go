@@ -439,17 +439,25 @@ func TestParentKilled(t *testing.T) { testParentKilled(t) }
 
 func testParentKilled(t *testing.T) {
 	key, value := testenv.Marker(t)
-	killParent(t, key, value)
+	killParent(t, key, value, false)
+}
+
+// The same with a Pool: the server it served and the init it holds for
+// the next one both die with the gateway.
+func TestParentKilledWithPool(t *testing.T) {
+	key, value := testenv.Marker(t)
+	killParent(t, key, value, true)
 }
 
 // Twenty times over: a gateway spawns a tree with a setsid escapee and is
 // SIGKILLed; each time nothing of the tree remains, and every cgroup the
-// dead gateways left is empty.
+// dead gateways left is empty. Every other gateway spawns through a Pool
+// that holds an init for the next server.
 func TestNoLeakAfterRepeatedParentSIGKILL(t *testing.T) {
 	key, value := testenv.Marker(t)
 	var parents []int
-	for range 20 {
-		parents = append(parents, killParent(t, key, value))
+	for i := range 20 {
+		parents = append(parents, killParent(t, key, value, i%2 == 1))
 		if t.Failed() || t.Skipped() {
 			return
 		}
@@ -475,13 +483,18 @@ func TestNoLeakAfterRepeatedParentSIGKILL(t *testing.T) {
 	}
 }
 
-// killParent starts a gateway (this binary in the "parent" role) that
-// spawns a tree marked key=value, SIGKILLs it once the tree runs, proves the
-// tree gone and returns the gateway's pid.
-func killParent(t *testing.T, key, value string) int {
+// killParent starts a gateway (this binary in the "parent" role, with a
+// Pool if pooled) that spawns a tree marked key=value, SIGKILLs it once the
+// tree runs, proves the tree (and the pool's waiting init) gone and returns
+// the gateway's pid.
+func killParent(t *testing.T, key, value string, pooled bool) int {
 	t.Helper()
 	parent := exec.Command(os.Args[0], "-test.run=^$")
-	parent.Env = append(os.Environ(), roleEnv+"=parent", key+"="+value)
+	role := "parent"
+	if pooled {
+		role = "parent-pool"
+	}
+	parent.Env = append(os.Environ(), roleEnv+"="+role, key+"="+value)
 	parent.Stderr = os.Stderr
 	stdout, err := parent.StdoutPipe()
 	if err != nil {
@@ -498,9 +511,9 @@ func killParent(t *testing.T, key, value string) int {
 	if err != nil {
 		t.Fatalf("parent said %q: %v", line, err)
 	}
-	var pid int
+	var pid, idle int
 	var pidns bool
-	if _, err := fmt.Sscanf(line, "pid %d pidns %t", &pid, &pidns); err != nil {
+	if _, err := fmt.Sscanf(line, "pid %d pidns %t idle %d", &pid, &pidns, &idle); err != nil {
 		t.Fatalf("parent said %q: %v", line, err)
 	}
 	if !pidns {
@@ -511,6 +524,12 @@ func killParent(t *testing.T, key, value string) int {
 	}
 	procs := testenv.WaitProcesses(t, key, value, "sleep 1001", "sleep 1002", "sleep 1003")
 	pids := []int{pid}
+	if pooled {
+		if idle == 0 || idle == pid {
+			t.Fatalf("parent said %q: no waiting init besides the server's", line)
+		}
+		pids = append(pids, idle)
+	}
 	for _, pr := range procs {
 		pids = append(pids, pr.Pid)
 	}

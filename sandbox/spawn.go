@@ -22,7 +22,8 @@ import (
 )
 
 // waitDelay bounds how long reaping waits for a descendant that still holds
-// the server's stderr pipe (only when Spec.Stderr is not an *os.File).
+// the server's stderr pipe (under an init, or when Spec.Stderr is not an
+// *os.File).
 const waitDelay = time.Second
 
 // errNoNamespace marks a failure to start the init that means "namespaces
@@ -43,8 +44,12 @@ func Spawn(ctx context.Context, spec Spec) (*Process, error) {
 	if err := spec.Profile.Validate(); err != nil {
 		return nil, fmt.Errorf("spawn %q: %w", spec.Name, err)
 	}
-	prof := spec.Profile.withDefaults()
-	p, err := spawn(ctx, spec, prof, namespaceAttempts(prof))
+	return spawnChecked(ctx, spec, spec.Profile.withDefaults(), nil)
+}
+
+// spawnChecked is Spawn of a validated profile, through pool if not nil.
+func spawnChecked(ctx context.Context, spec Spec, prof Profile, pool *Pool) (*Process, error) {
+	p, err := spawn(ctx, spec, prof, namespaceAttempts(prof), pool)
 	if err != nil {
 		return nil, fmt.Errorf("spawn %q: %w", spec.Name, err)
 	}
@@ -79,7 +84,7 @@ type attempt struct {
 	serverUID                     int  // uid inside the namespace the server runs as, -1 = the init's
 }
 
-func spawn(ctx context.Context, spec Spec, prof Profile, attempts []attempt) (*Process, error) {
+func spawn(ctx context.Context, spec Spec, prof Profile, attempts []attempt, pool *Pool) (*Process, error) {
 	if spec.Command == "" {
 		return nil, errors.New("no command")
 	}
@@ -87,74 +92,50 @@ func spawn(ctx context.Context, spec Spec, prof Profile, attempts []attempt) (*P
 	if err != nil {
 		return nil, err
 	}
-	wantEgress := len(prof.Egress.Allow) > 0
-	if wantEgress {
+	if len(prof.Egress.Allow) > 0 {
 		env = withProxyVariables(env)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	begin := stage("begin")
+	var missing []string
+	for i, at := range attempts {
+		var w *idleInit
+		if i == 0 {
+			w = pool.take(ctx, prof.Network)
+		}
+		if w == nil {
+			if w, err = prestart(at); err != nil {
+				if errors.Is(err, errNoNamespace) {
+					missing = append(missing, fmt.Sprintf("%s: %v", describeAttempt(at), errors.Unwrap(err)))
+					continue
+				}
+				return nil, err
+			}
+		}
+		pooled := w.pooled
+		p, err := w.handOver(ctx, spec, prof, env, begin, missing)
+		if errors.Is(err, errInitEnded) && pooled {
+			// Killed while it waited: start one now.
+			if w, err = prestart(at); err == nil {
+				p, err = w.handOver(ctx, spec, prof, env, begin, missing)
+			}
+		}
+		return p, err
+	}
 	st, err := newStdio()
 	if err != nil {
 		return nil, err
 	}
-	defer st.closeChildEnds() // the started process holds its own copies
-
-	var missing []string
-	var group *cgroup.Group
-	begin := stage("begin")
-	if len(attempts) > 0 {
-		group, err = cgroup.New(cgroup.Detect(), "srv", int64(prof.Limits.MemoryMiB)<<20, prof.Limits.Processes)
-		if err != nil {
-			missing = append(missing, "cgroup: "+err.Error())
-		}
-	}
-	for _, at := range attempts {
-		p := newProcess(spec, st)
-		p.stages = []nsinit.Stage{begin, stage("cgroup")}
-		if group != nil {
-			at.attr.UseCgroupFD, at.attr.CgroupFD = true, group.FD()
-		}
-		var eg *egressHandover
-		confine := confineRequest(spec, prof, env, at, group)
-		if wantEgress && at.netNS {
-			if eg, err = newEgressHandover(); err != nil {
-				st.closeParentEnds()
-				closeGroup(group)
-				return nil, err
-			}
-			confine.EgressListen = EgressProxyAddr
-		}
-		err := p.startInit(ctx, spec, env, st, at.attr, confine, eg)
-		if err == nil {
-			p.cgroup = group
-			missing := missing
-			if eg != nil {
-				if p.egress, err = eg.startProxy(prof); err != nil {
-					missing = append(missing, err.Error())
-				}
-			} else if wantEgress {
-				missing = append(missing, "egress proxy: no network namespace")
-			}
-			eg.Close()
-			p.confinement = achievedConfinement(prof, at, group, p.achieved, p.egress != nil, missing)
-			return p, nil
-		}
-		eg.Close()
-		if !errors.Is(err, errNoNamespace) {
-			st.closeParentEnds()
-			closeGroup(group)
-			return nil, err
-		}
-		missing = append(missing, fmt.Sprintf("%s: %v", describeAttempt(at), errors.Unwrap(err)))
-	}
-	closeGroup(group)
-	p := newProcess(spec, st)
+	defer st.closeChildEnds()
+	p := newProcess(st)
+	p.name, p.grace = spec.Name, stopGrace(spec)
 	if err := p.startDirect(spec, env, st); err != nil {
 		st.closeParentEnds()
 		return nil, err
 	}
-	p.confinement = achievedConfinement(prof, attempt{}, nil, nil, false, append(missing, "sandbox init: not used (Init not called or no namespace)"))
+	p.confinement = achievedConfinement(prof, attempt{}, nil, false, nil, false, append(missing, "sandbox init: not used (Init not called or no namespace)"))
 	return p, nil
 }
 
@@ -241,10 +222,9 @@ func namespaceAttempts(prof Profile) []attempt {
 }
 
 // confineRequest is what the init is asked to set up for one attempt.
-func confineRequest(spec Spec, prof Profile, env []string, at attempt, group *cgroup.Group) *nsinit.Confine {
+func confineRequest(spec Spec, prof Profile, env []string, at attempt, cgroupLimits bool) *nsinit.Confine {
 	c := &nsinit.Confine{
 		Mount:          at.mountNS,
-		LoopbackUp:     at.netNS,
 		DenyTCP:        !at.netNS && prof.Network == NetworkNone,
 		Landlock:       true,
 		MinLandlockABI: prof.MinLandlockABI,
@@ -275,7 +255,7 @@ func confineRequest(spec Spec, prof Profile, env []string, at attempt, group *cg
 	if l.CPUSeconds > 0 {
 		c.Rlimits = append(c.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_CPU, Value: uint64(l.CPUSeconds)})
 	}
-	if group == nil || !cgroup.Detect().Limits {
+	if !cgroupLimits {
 		// Per process and per uid: fallbacks for the cgroup's limits.
 		c.Rlimits = append(c.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_DATA, Value: mib(l.MemoryMiB)})
 		if at.serverUID >= 0 {
@@ -318,7 +298,7 @@ func hostname(name string) string {
 }
 
 // achievedConfinement sums up what one start achieved.
-func achievedConfinement(prof Profile, at attempt, group *cgroup.Group, a *nsinit.Achieved, proxy bool, missing []string) Confinement {
+func achievedConfinement(prof Profile, at attempt, group *cgroup.Group, limited bool, a *nsinit.Achieved, proxy bool, missing []string) Confinement {
 	c := Confinement{ProcessGroup: true, ParentDeathSignal: true, PIDNamespace: at.attr != nil,
 		UserNamespace: at.userNS, NetworkNamespace: at.netNS, IPCNamespace: at.ipcNS, UTSNamespace: at.ipcNS,
 		Network: string(NetworkHost)}
@@ -338,7 +318,7 @@ func achievedConfinement(prof Profile, at attempt, group *cgroup.Group, a *nsini
 	}
 	if group != nil {
 		c.Cgroup = "kill"
-		if cgroup.Detect().Limits {
+		if limited {
 			c.Cgroup = "limits"
 		}
 	}
@@ -392,7 +372,7 @@ func (p *Process) startDirect(spec Spec, env []string, st *stdio) error {
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 		WaitDelay:   waitDelay,
 	}
-	if err := p.start(cmd, p.exitError); err != nil {
+	if err := p.start(cmd, exitError); err != nil {
 		return fmt.Errorf("command %q: %w", spec.Command, err)
 	}
 	return nil
@@ -403,7 +383,7 @@ func (p *Process) startDirect(spec Spec, env []string, st *stdio) error {
 // so the thread must outlive the child. The goroutine never unlocks; its
 // thread ends after the child is reaped. Then status computes the exit error
 // and Done closes.
-func (p *Process) start(cmd *exec.Cmd, status func(*os.ProcessState) error) error {
+func (p *Process) start(cmd *exec.Cmd, status func(*os.ProcessState) *ExitError) error {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -413,7 +393,7 @@ func (p *Process) start(cmd *exec.Cmd, status func(*os.ProcessState) error) erro
 		}
 		started <- nil
 		_ = cmd.Wait() // the status comes from ProcessState; ErrWaitDelay only means stderr was held open
-		p.exitErr = status(cmd.ProcessState)
+		p.exit = status(cmd.ProcessState)
 		close(p.done)
 	}()
 	if err := <-started; err != nil {

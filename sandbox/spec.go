@@ -29,12 +29,18 @@ type Spec struct {
 	// npm_config_registry, SSH_AUTH_SOCK, DOCKER_HOST, …). Credential
 	// variables (GITHUB_TOKEN, AWS_*, …) pass: declaring them is the point.
 	Env map[string]string
-	// Stderr receives the server's stderr (nil = discarded). A non-*os.File
-	// writer is fed by a goroutine that ends when the server is reaped.
+	// Stderr receives the server's stderr (nil = discarded). Under a
+	// sandbox init, and for a non-*os.File writer, it is fed by a goroutine
+	// that ends when the server is reaped.
 	Stderr io.Writer
 	// Profile is the confinement asked for (the zero Profile is the
 	// default; see Profile).
 	Profile Profile
+	// EgressLog, if not nil, is told of every CONNECT request the server's
+	// egress proxy answers (Profile.Egress), before the answer is sent. It
+	// is called from the proxy's goroutines, concurrently, and should not
+	// block.
+	EgressLog func(EgressDecision)
 	// StopGrace is how long Close waits after closing stdin, and again
 	// after SIGTERM, before escalating (0 = 2s).
 	StopGrace time.Duration

@@ -131,9 +131,9 @@ type Group struct {
 	fd   int // open directory, for CLONE_INTO_CGROUP
 }
 
-// New creates a cgroup for one server with the given limits (applied only
-// when s.Limits). Close removes it.
-func New(s Support, name string, memoryBytes int64, pids int) (*Group, error) {
+// New creates an empty cgroup for one server; Limit bounds it. Close
+// removes it.
+func New(s Support, name string) (*Group, error) {
 	if s.Parent == "" {
 		return nil, errors.New(s.Reason)
 	}
@@ -142,19 +142,6 @@ func New(s Support, name string, memoryBytes int64, pids int) (*Group, error) {
 		return nil, err
 	}
 	g := &Group{path: path, fd: -1}
-	if s.Limits {
-		for file, v := range map[string]string{
-			"memory.max":       strconv.FormatInt(memoryBytes, 10),
-			"memory.swap.max":  "0",
-			"memory.oom.group": "1",
-			"pids.max":         strconv.Itoa(pids),
-		} {
-			if err := os.WriteFile(filepath.Join(path, file), []byte(v), 0); err != nil && file != "memory.swap.max" {
-				g.Close()
-				return nil, fmt.Errorf("set %s: %w", file, err)
-			}
-		}
-	}
 	fd, err := unix.Open(path, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		g.Close()
@@ -162,6 +149,25 @@ func New(s Support, name string, memoryBytes int64, pids int) (*Group, error) {
 	}
 	g.fd = fd
 	return g, nil
+}
+
+// Limit sets the memory (without swap; the whole group is killed on OOM)
+// and task limits. It needs Support.Limits. The group may already hold a
+// process: a pre-started init is born in it before its server's limits are
+// known.
+func (g *Group) Limit(memoryBytes int64, pids int) error {
+	for _, kv := range [][2]string{
+		{"memory.max", strconv.FormatInt(memoryBytes, 10)},
+		{"memory.swap.max", "0"},
+		{"memory.oom.group", "1"},
+		{"pids.max", strconv.Itoa(pids)},
+	} {
+		err := os.WriteFile(filepath.Join(g.path, kv[0]), []byte(kv[1]), 0)
+		if err != nil && kv[0] != "memory.swap.max" { // absent without swap accounting
+			return fmt.Errorf("set %s: %w", kv[0], err)
+		}
+	}
+	return nil
 }
 
 // FD is the cgroup's directory, for SysProcAttr.CgroupFD.

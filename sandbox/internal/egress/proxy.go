@@ -43,7 +43,7 @@ type Proxy struct {
 	resolve Resolver
 	dial    Dialer
 	l       net.Listener
-	log     func(host string, port int, refused string)
+	log     func(Decision)
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -51,9 +51,19 @@ type Proxy struct {
 	wg     sync.WaitGroup
 }
 
+// Decision is the proxy's answer to one CONNECT request.
+type Decision struct {
+	Host    string         // as asked
+	Port    int            // as asked
+	Address netip.AddrPort // connected to, or refused; zero when refused before resolution
+	Allowed bool
+	Reason  string // why refused; "" when allowed
+}
+
 // Serve starts serving l with rules; log, if not nil, is told of each
-// request and why it was refused ("" = allowed). Close stops it.
-func Serve(l net.Listener, rules Rules, resolve Resolver, dial Dialer, log func(host string, port int, refused string)) *Proxy {
+// CONNECT request with a host and port, from the connection's goroutine,
+// before the answer is sent. Close stops it.
+func Serve(l net.Listener, rules Rules, resolve Resolver, dial Dialer, log func(Decision)) *Proxy {
 	p := &Proxy{rules: rules, resolve: resolve, dial: dial, l: l, log: log, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
@@ -133,41 +143,45 @@ func (p *Proxy) handle(c net.Conn) {
 		reply(c, http.StatusBadRequest, "CONNECT needs host:port")
 		return
 	}
-	refuse := func(status int, why string) {
+	decide := func(d Decision) {
 		if p.log != nil {
-			p.log(host, port, why)
+			d.Host, d.Port = host, port
+			p.log(d)
 		}
+	}
+	refuse := func(status int, addr netip.AddrPort, why string) {
+		decide(Decision{Address: addr, Reason: why})
 		reply(c, status, why)
 	}
 	if why := p.rules.Check(host, port); why != "" {
-		refuse(http.StatusForbidden, why)
+		refuse(http.StatusForbidden, netip.AddrPort{}, why)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	defer cancel()
 	addrs, err := p.resolve(ctx, host)
 	if err != nil || len(addrs) == 0 {
-		refuse(http.StatusBadGateway, "cannot resolve the host")
+		refuse(http.StatusBadGateway, netip.AddrPort{}, "cannot resolve the host")
 		return
 	}
 	for _, a := range addrs {
 		if Internal(a) {
-			refuse(http.StatusForbidden, fmt.Sprintf("the host resolves to an internal address (%s)", a))
+			refuse(http.StatusForbidden, netip.AddrPortFrom(a.Unmap(), uint16(port)),
+				fmt.Sprintf("the host resolves to an internal address (%s)", a))
 			return
 		}
 	}
-	up, err := p.dial(ctx, netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)))
+	target := netip.AddrPortFrom(addrs[0].Unmap(), uint16(port))
+	up, err := p.dial(ctx, target)
 	if err != nil {
-		refuse(http.StatusBadGateway, "cannot connect to the host")
+		refuse(http.StatusBadGateway, target, "cannot connect to the host")
 		return
 	}
 	if !p.track(up) {
 		return
 	}
 	defer p.untrack(up)
-	if p.log != nil {
-		p.log(host, port, "")
-	}
+	decide(Decision{Address: target, Allowed: true})
 	_ = c.SetReadDeadline(time.Time{})
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
@@ -23,12 +22,17 @@ import (
 // It must run on the goroutine (locked to its thread) that then forks the
 // server: Landlock and seccomp are synchronised to every thread, but the
 // thread that forks is the one whose state the server inherits.
-func confine(c *Confine, program string, args, env []string, trace *stages) *Achieved {
+func confine(c *Confine, early prepared, program string, args, env []string, trace *stages) *Achieved {
 	a := &Achieved{}
 	miss := func(what string, err error) {
 		a.Missing = append(a.Missing, fmt.Sprintf("%s: %v", what, err))
 	}
-	if c.Mount {
+	if early.loopback != nil {
+		miss("network namespace", fmt.Errorf("loopback up: %w", early.loopback))
+	}
+	if c.Mount && early.mounts != nil {
+		miss("mount namespace", early.mounts)
+	} else if c.Mount {
 		// What the server runs (program, interpreter chain, script and its
 		// package tree) is mounted back too when it lives under a masked
 		// directory — a checkout under /tmp, say.
@@ -38,7 +42,7 @@ func confine(c *Confine, program string, args, env []string, trace *stages) *Ach
 				expose = append(expose, p)
 			}
 		}
-		if err := mountPrivate(c.MaskDirs, expose); err != nil {
+		if err := maskHostDirs(c.MaskDirs, expose); err != nil {
 			miss("mount namespace", err)
 		} else {
 			a.Mount = true
@@ -53,12 +57,6 @@ func confine(c *Confine, program string, args, env []string, trace *stages) *Ach
 			miss("uts namespace", fmt.Errorf("sethostname: %w", err))
 		}
 		trace.mark("hostname")
-	}
-	if c.LoopbackUp {
-		if err := loopbackUp(); err != nil {
-			miss("network namespace", fmt.Errorf("loopback up: %w", err))
-		}
-		trace.mark("loopback")
 	}
 	if c.EgressListen != "" {
 		if err := handOverListener(c.EgressListen); err != nil {
@@ -118,14 +116,45 @@ func underAny(path string, dirs []string) bool {
 	return false
 }
 
-// mountPrivate stops mount propagation to and from the host, mounts a /proc
-// of the init's own PID namespace and an empty tmpfs over each masked
-// directory, and mounts the exposed paths (clones of the host's, taken
-// before masking) back at their places.
-func mountPrivate(mask, expose []string) error {
+// prepared is what Prepare set up, or why it could not.
+type prepared struct {
+	mounts   error // private mounts and /proc, if asked
+	loopback error // lo up, if asked
+}
+
+// prepare sets up what p asks, which depends only on the init's namespaces.
+// Making every mount private is the slow step of a confined start (it walks
+// the whole mount tree and its peer groups), hence its place here, where an
+// init started ahead of need does it while it waits.
+func prepare(p Prepare, trace *stages) prepared {
+	var r prepared
+	if p.PrivateMounts {
+		r.mounts = privateMounts()
+		trace.mark("private-mounts")
+	}
+	if p.LoopbackUp {
+		r.loopback = loopbackUp()
+		trace.mark("loopback")
+	}
+	return r
+}
+
+// privateMounts stops mount propagation to and from the host and mounts a
+// /proc of the init's own PID namespace.
+func privateMounts() error {
 	if err := unix.Mount("", "/", "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make / private: %w", err)
 	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	return nil
+}
+
+// maskHostDirs mounts an empty tmpfs over each masked directory and mounts the
+// exposed paths (clones of the host's, taken before masking) back at their
+// places.
+func maskHostDirs(mask, expose []string) error {
 	type clone struct {
 		path string
 		fd   int
@@ -147,9 +176,6 @@ func mountPrivate(mask, expose []string) error {
 			return fmt.Errorf("clone %s: %w", p, err)
 		}
 		clones = append(clones, clone{p, fd, st.IsDir()})
-	}
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount /proc: %w", err)
 	}
 	for _, d := range mask {
 		if st, err := os.Lstat(d); err != nil || !st.IsDir() {
@@ -280,10 +306,20 @@ func bindMount(path string, readOnly bool) error {
 	return nil
 }
 
-// restrictPaths enforces Landlock with read-only and read-write path rules,
-// scoping (abstract unix sockets, signals) and, when handleNet, every TCP
-// bind and connect denied. It refuses an ABI below floor, because
-// BestEffort would otherwise succeed silently with no Landlock at all.
+// restrictPaths enforces Landlock on this thread, the one that forks the
+// server (Main locks it), with read-only and read-write path rules, scoping
+// (abstract unix sockets, signals) and, when handleNet, every TCP (and, from
+// ABI 10, UDP) bind and connect denied. Every access right the kernel's ABI
+// knows is handled, so whatever no rule grants is denied. It refuses an ABI
+// below floor.
+//
+// Only this thread, as with the capability bounding set: before ABI 8 the
+// kernel cannot synchronise a domain to every thread, and go-landlock's
+// psx-based synchronisation costs a round of signals to every thread (two,
+// with no_new_privs), which dominated the start of a pre-started init. The
+// init runs no untrusted code; the server inherits this thread's domain.
+// From ABI 8 the kernel synchronises it in the same call (TSYNC), at no
+// cost.
 func restrictPaths(ro, rw []string, floor int, handleNet bool) (int, error) {
 	abi, err := llsys.LandlockGetABIVersion()
 	if err != nil {
@@ -292,22 +328,96 @@ func restrictPaths(ro, rw []string, floor int, handleNet bool) (int, error) {
 	if abi < floor {
 		return 0, fmt.Errorf("ABI %d below the required %d", abi, floor)
 	}
+	attr := handledAccess(abi, handleNet)
+	fd, err := llsys.LandlockCreateRuleset(&attr, 0)
+	if err != nil {
+		return 0, fmt.Errorf("create ruleset: %w", err)
+	}
+	defer unix.Close(fd)
+	const (
+		read  = llsys.AccessFSExecute | llsys.AccessFSReadFile | llsys.AccessFSReadDir
+		write = llsys.AccessFSWriteFile | llsys.AccessFSRemoveDir | llsys.AccessFSRemoveFile |
+			llsys.AccessFSMakeChar | llsys.AccessFSMakeDir | llsys.AccessFSMakeReg | llsys.AccessFSMakeSock |
+			llsys.AccessFSMakeFifo | llsys.AccessFSMakeBlock | llsys.AccessFSMakeSym | llsys.AccessFSTruncate
+		file = llsys.AccessFSExecute | llsys.AccessFSWriteFile | llsys.AccessFSTruncate | llsys.AccessFSReadFile
+	)
 	roDirs, roFiles := splitDirs(ro)
 	rwDirs, rwFiles := splitDirs(rw)
-	cfg := landlock.V11.BestEffort()
-	if !handleNet {
-		cfg.HandledAccessNet = 0
+	// Writing to /dev/null and friends is not a way out.
+	_, devs := splitDirs([]string{"/dev/null", "/dev/zero", "/dev/full"})
+	for _, r := range []struct {
+		paths  []string
+		access uint64
+	}{
+		{roDirs, read}, {roFiles, read & file},
+		{rwDirs, read | write}, {rwFiles, (read | write) & file}, {devs, (read | write) & file},
+	} {
+		for _, p := range r.paths {
+			if err := allowBeneath(fd, p, r.access&attr.HandledAccessFS); err != nil {
+				return 0, err
+			}
+		}
 	}
-	rules := []landlock.Rule{
-		landlock.RODirs(roDirs...), landlock.ROFiles(roFiles...),
-		landlock.RWDirs(rwDirs...), landlock.RWFiles(rwFiles...),
-		// Writing to /dev/null and friends is not a way out.
-		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full").IgnoreIfMissing(),
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("no_new_privs: %w", err)
 	}
-	if err := cfg.Restrict(rules...); err != nil {
-		return 0, err
+	var flags uint32
+	if abi >= 8 {
+		flags = llsys.FlagRestrictSelfTSync
+	}
+	if err := llsys.LandlockRestrictSelf(fd, flags); err != nil {
+		return 0, fmt.Errorf("restrict: %w", err)
 	}
 	return abi, nil
+}
+
+// handledAccess is every access right Landlock ABI abi can restrict
+// (the table of go-landlock's ABI versions), network rights only if asked.
+func handledAccess(abi int, handleNet bool) llsys.RulesetAttr {
+	var a llsys.RulesetAttr
+	switch {
+	case abi >= 9: // + resolving pathname unix sockets
+		a.HandledAccessFS = 1<<17 - 1
+	case abi >= 5: // + ioctl on devices
+		a.HandledAccessFS = 1<<16 - 1
+	case abi >= 3: // + truncate
+		a.HandledAccessFS = 1<<15 - 1
+	case abi == 2: // + refer
+		a.HandledAccessFS = 1<<14 - 1
+	default:
+		a.HandledAccessFS = 1<<13 - 1
+	}
+	if handleNet {
+		switch {
+		case abi >= 10: // + UDP
+			a.HandledAccessNet = 1<<4 - 1
+		case abi >= 4:
+			a.HandledAccessNet = 1<<2 - 1
+		}
+	}
+	if abi >= 6 {
+		a.Scoped = llsys.ScopeAbstractUnixSocket | llsys.ScopeSignal
+	}
+	return a
+}
+
+// allowBeneath adds a rule granting access beneath path (or to the file).
+func allowBeneath(ruleset int, path string, access uint64) error {
+	if access == 0 {
+		return nil
+	}
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if err == unix.ENOENT {
+			return nil // gone since splitDirs: nothing to grant
+		}
+		return fmt.Errorf("landlock rule for %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := llsys.LandlockAddPathBeneathRule(ruleset, &llsys.PathBeneathAttr{AllowedAccess: access, ParentFd: fd}, 0); err != nil {
+		return fmt.Errorf("landlock rule for %s: %w", path, err)
+	}
+	return nil
 }
 
 // splitDirs sorts existing paths into directories and other files (Landlock

@@ -26,17 +26,27 @@ func Main() {
 	var trace stages
 	trace.mark("runtime") // the Go runtime and every package init of this binary
 	report := os.NewFile(ReportFD, "report")
-	req, err := readRequest()
+	requests := os.NewFile(RequestFD, "request")
+	dec := json.NewDecoder(io.LimitReader(requests, MaxRequestSize))
+	var prep Prepare
+	if err := dec.Decode(&prep); err != nil {
+		fail(report, ExitInitFailed, fmt.Sprintf("sandbox init: read preparation: %v", err))
+	}
+	early := prepare(prep, &trace)
+	CloseInheritedOnExec()
+	// Subscribe before starting the server so that no SIGCHLD or stop signal
+	// is lost. As PID 1 the init gets no default actions: only these arrive.
+	// A stop signal that comes while the init waits stops the server as
+	// soon as it runs.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	send(report, Report{Waiting: true}) // an init started ahead of need waits here
+	req, err := readRequest(dec)
+	requests.Close()
 	if err != nil {
 		fail(report, ExitInitFailed, fmt.Sprintf("sandbox init: read request: %v", err))
 	}
 	trace.mark("request")
-	CloseInheritedOnExec()
-
-	// Subscribe before starting the server so that no SIGCHLD or stop signal
-	// is lost. As PID 1 the init gets no default actions: only these arrive.
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 
 	path, err := environ.Resolve(req.Command, req.Env, req.Dir)
 	if err != nil {
@@ -45,7 +55,7 @@ func Main() {
 	attr := &syscall.ProcAttr{Dir: req.Dir, Env: req.Env, Files: []uintptr{0, 1, 2}}
 	var achieved *Achieved
 	if c := req.Confine; c != nil {
-		achieved = confine(c, path, req.Args, req.Env, &trace)
+		achieved = confine(c, early, path, req.Args, req.Env, &trace)
 		if c.UID >= 0 {
 			// From uid 0 to another, the kernel clears the server's
 			// capabilities; setgroups is denied in the namespace.
@@ -125,18 +135,13 @@ func finish(report io.Writer, server unix.WaitStatus) {
 	exit(code)
 }
 
-func readRequest() (*Request, error) {
-	f := os.NewFile(RequestFD, "request")
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxRequestSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxRequestSize {
-		return nil, errors.New("request too large")
-	}
+// readRequest decodes the Request that follows the Prepare.
+func readRequest(dec *json.Decoder) (*Request, error) {
 	var req Request
-	if err := json.Unmarshal(data, &req); err != nil {
+	if err := dec.Decode(&req); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("%w (truncated, or over %d bytes)", err, MaxRequestSize)
+		}
 		return nil, err
 	}
 	if req.Command == "" || len(req.Args) == 0 {

@@ -28,7 +28,7 @@ const (
 
 // File descriptors inherited by the init (os/exec ExtraFiles order).
 const (
-	RequestFD = 3 // read end: one JSON Request, then EOF
+	RequestFD = 3 // read end: one JSON Prepare, one JSON Request, then EOF
 	ReportFD  = 4 // write end: JSON Reports
 	// EgressFD is a unix socket, present when Confine.EgressListen is set:
 	// the init sends the listening egress socket over it (SCM_RIGHTS).
@@ -37,6 +37,18 @@ const (
 
 // MaxRequestSize bounds what the init reads from RequestFD.
 const MaxRequestSize = 16 << 20
+
+// Prepare comes first on RequestFD, as soon as the init is started: what it
+// can set up before it knows its server, because it depends only on the
+// namespaces it was cloned into. An init started ahead of need does it
+// while it waits.
+type Prepare struct {
+	// PrivateMounts: the init has its own mount namespace: stop mount
+	// propagation to and from the host and mount a fresh /proc.
+	PrivateMounts bool `json:"private_mounts,omitempty"`
+	// LoopbackUp: bring lo up in the init's own network namespace.
+	LoopbackUp bool `json:"loopback_up,omitempty"`
+}
 
 // Request is everything the init needs to start the server. Env may hold
 // secrets: it is never logged.
@@ -65,11 +77,11 @@ type Stage struct {
 }
 
 // Confine is what the init sets up, in this order: mounts, host name,
-// loopback, rlimits, capabilities, Landlock, seccomp, credentials.
+// rlimits, capabilities, Landlock, seccomp, credentials.
 type Confine struct {
-	// Mount: the init is in its own mount namespace: make every mount
-	// private, mount a fresh /proc and an empty tmpfs over each of
-	// MaskDirs, with Expose paths (under them) mounted back.
+	// Mount: the init is in its own mount namespace, made private (see
+	// Prepare): mount an empty tmpfs over each of MaskDirs, with Expose
+	// paths (under them) mounted back.
 	Mount    bool     `json:"mount,omitempty"`
 	MaskDirs []string `json:"mask_dirs,omitempty"`
 	Expose   []string `json:"expose,omitempty"`
@@ -78,8 +90,6 @@ type Confine struct {
 	ProtectIn []string `json:"protect_in,omitempty"`
 	// Hostname is set when the init has its own UTS namespace.
 	Hostname string `json:"hostname,omitempty"`
-	// LoopbackUp: bring lo up in the init's own network namespace.
-	LoopbackUp bool `json:"loopback_up,omitempty"`
 	// DenyTCP: no network was asked for but there is no network namespace
 	// to give it, so Landlock refuses every TCP bind and connect instead.
 	DenyTCP bool `json:"deny_tcp,omitempty"`
@@ -118,9 +128,11 @@ type Achieved struct {
 	Missing             []string `json:"missing,omitempty"` // protections that failed, with the reason
 }
 
-// Report is one message from the init. The first is either Started or
+// Report is one message from the init. The first is Waiting, sent once the
+// init is up and about to read its request; then comes either Started or
 // Failed; a started init sends Exited last, just before it exits.
 type Report struct {
+	Waiting bool `json:"waiting,omitempty"`
 	Started bool `json:"started,omitempty"`
 	Pid     int  `json:"pid,omitempty"` // server pid inside the namespace
 	// Achieved comes with Started when the request asked to Confine.
