@@ -43,6 +43,7 @@ type Gateway struct {
 	cfg     *Config
 	logger  *slog.Logger
 	decider *policy.Decider
+	warm    *warmRunner // runs decisions on grown stacks
 	engine  policy.Engine
 	declog  *policy.DecisionLog
 	metrics *metrics
@@ -177,6 +178,7 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		_ = g.declog.Close()
 		return nil, err
 	}
+	g.warm = newWarmRunner()
 	return g, nil
 }
 
@@ -374,7 +376,8 @@ func exposed[E, T any](ctx context.Context, g *Gateway, principal policy.Princip
 		fill(item, &inputs[i])
 	}
 	start := time.Now()
-	decisions := g.decider.DecideExposure(ctx, inputs)
+	var decisions []policy.Decision
+	g.warm.run(func() { decisions = g.decider.DecideExposure(ctx, inputs) })
 	g.metrics.observe(action, start, decisions...)
 	for i, d := range decisions {
 		if d.Allow {
@@ -403,7 +406,8 @@ func (g *Gateway) decide(ctx context.Context, principal policy.Principal, in pol
 	in.Principal, in.RequestID, in.SessionID = principalDefaults(principal), meta.requestID, meta.sessionID
 	start := time.Now()
 	in.Time = policy.Timestamp(start)
-	d := g.decider.Decide(ctx, in)
+	var d policy.Decision
+	g.warm.run(func() { d = g.decider.Decide(ctx, in) })
 	g.metrics.observe(in.Action, start, d)
 	return d
 }
@@ -498,6 +502,7 @@ func (g *Gateway) Close() error {
 	g.mu.Unlock()
 	g.background.Wait() // closed upstreams make their work end at once
 	g.closeDownstreamSessions()
+	g.warm.close()
 	err = errors.Join(err, g.declog.Close())
 	if c, ok := g.engine.(io.Closer); ok {
 		err = errors.Join(err, c.Close())
