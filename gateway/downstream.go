@@ -159,6 +159,8 @@ func (g *Gateway) answer(ctx context.Context, method string, req mcp.Request, wh
 	default:
 		return nil, errNotIntercepted
 	}
+	ctx, done := g.sessionCalls.track(ctx, req)
+	defer done()
 	switch r := req.(type) {
 	case *mcp.ListToolsRequest:
 		tools, err := g.ListTools(ctx, who(req))
@@ -338,8 +340,12 @@ func (g *Gateway) streamableHandler(principal policy.Principal) http.Handler {
 	s := g.newMCPServer(principal, TransportStreamableHTTP)
 	get := func(*http.Request) *mcp.Server { return s }
 	// The hygiene in front checks Host and Origin for both.
-	legacy := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{DisableLocalhostProtection: true, SessionTimeout: sessionIdleTimeout})
-	modern := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true})
+	legacy := g.sessionCalls.endingSessions(mcp.NewStreamableHTTPHandler(get,
+		&mcp.StreamableHTTPOptions{DisableLocalhostProtection: true, SessionTimeout: sessionIdleTimeout}))
+	// A 2026-07-28 request lives as long as its POST: a client that closes
+	// the stream cancels the call, upstream too.
+	modern := mcp.NewStreamableHTTPHandler(get,
+		&mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true, PropagateRequestCancellation: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isModernRequest(r) {
 			modern.ServeHTTP(w, r)

@@ -64,7 +64,8 @@ type Gateway struct {
 	catalog   *catalog
 	status    []ServerStatus
 
-	inflight inflightCounter // forwarded requests, awaited by shutdown
+	inflight     inflightCounter // forwarded requests, awaited by shutdown
+	sessionCalls sessionCalls    // requests in flight per HTTP session, cancelled when it ends
 
 	facesMu sync.Mutex
 	faces   []*mcp.Server // the downstream MCP servers, told about list changes
