@@ -118,6 +118,20 @@ func TestE2EClientCancellationReachesTheUpstream(t *testing.T) {
 		_ = client.Close()
 	})
 
+	t.Run("HTTP+SSE client disconnects", func(t *testing.T) {
+		// The deprecated transport: the session lives as long as the
+		// client's GET stream.
+		client, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx,
+			&mcp.SSEClientTransport{Endpoint: srv.URL + "/sse"}, &mcp.ClientSessionOptions{ProtocolVersion: "2024-11-05"})
+		require.NoError(t, err)
+		done := callInBackground(ctx, client, "sse")
+		waitLine(t, logBuf, "wait started sse")
+		srv.CloseClientConnections()
+		waitLine(t, logBuf, "wait cancelled sse")
+		assert.Error(t, <-done)
+		_ = client.Close()
+	})
+
 	t.Run("HTTP client closes the request's stream", func(t *testing.T) {
 		// 2026-07-28: closing the stream is the cancellation.
 		client := connectHTTP(t, modernProtocolVersion)

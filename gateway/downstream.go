@@ -88,8 +88,9 @@ var privateCache = mcp.Cacheable{CacheScope: "private"}
 // is answered by the Gateway method of the same name (ListTools, CallTool,
 // ReadResource, GetPrompt…) for the principal principalOf finds; the
 // protocol's own methods (initialize, ping, logging/setLevel,
-// subscriptions/listen…) are the SDK's.
-func (g *Gateway) newMCPServer(base policy.Principal, transport string) *mcp.Server {
+// subscriptions/listen…) are the SDK's. When alive is not nil, its end
+// cancels every request in flight (a connection-bound session gone).
+func (g *Gateway) newMCPServer(base policy.Principal, transport string, alive context.Context) *mcp.Server {
 	who := func(req mcp.Request) policy.Principal { return principalOf(base, transport, req.GetExtra()) }
 	var s *mcp.Server
 	s = mcp.NewServer(&mcp.Implementation{Name: "mcp-warden", Version: Version}, &mcp.ServerOptions{
@@ -105,6 +106,12 @@ func (g *Gateway) newMCPServer(base policy.Principal, transport string) *mcp.Ser
 	})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if alive != nil {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+				defer context.AfterFunc(alive, cancel)()
+			}
 			res, err := g.answer(ctx, method, req, who)
 			if err == errNotIntercepted {
 				return next(ctx, method, req)
@@ -286,7 +293,7 @@ func (g *Gateway) Serve(ctx context.Context, t mcp.Transport, principal policy.P
 	if transport == "" {
 		transport = TransportStdio
 	}
-	s := g.newMCPServer(principal, transport)
+	s := g.newMCPServer(principal, transport, nil)
 	defer g.forgetDownstreamServer(s)
 	return s.Run(ctx, t)
 }
@@ -310,8 +317,14 @@ func (g *Gateway) HTTPHandler(principal policy.Principal, opts ...HTTPOptions) h
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.streamableHandler(principal))
-	sse := g.newMCPServer(principal, TransportSSE)
-	mux.Handle("/sse", mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return sse }, nil))
+	// An HTTP+SSE session lives as long as the client's GET stream (the SDK
+	// asks for its server once per GET): its end cancels its calls, which
+	// the SDK would otherwise wait for before closing the session.
+	mux.Handle("/sse", mcp.NewSSEHandler(func(r *http.Request) *mcp.Server {
+		s := g.newMCPServer(principal, TransportSSE, r.Context())
+		context.AfterFunc(r.Context(), func() { g.forgetDownstreamServer(s) })
+		return s
+	}, nil))
 	g.restRoutes(mux, principal)
 	if o.Metrics {
 		mux.Handle("/metrics", g.MetricsHandler())
@@ -337,7 +350,7 @@ func (g *Gateway) HTTPHandler(principal policy.Principal, opts ...HTTPOptions) h
 // only in sessions): a request is modern when its MCP-Protocol-Version
 // header names a version that is not one of the legacy ones.
 func (g *Gateway) streamableHandler(principal policy.Principal) http.Handler {
-	s := g.newMCPServer(principal, TransportStreamableHTTP)
+	s := g.newMCPServer(principal, TransportStreamableHTTP, nil)
 	get := func(*http.Request) *mcp.Server { return s }
 	// The hygiene in front checks Host and Origin for both.
 	legacy := g.sessionCalls.endingSessions(mcp.NewStreamableHTTPHandler(get,
