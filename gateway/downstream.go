@@ -92,16 +92,25 @@ var privateCache = mcp.Cacheable{CacheScope: "private"}
 // cancels every request in flight (a connection-bound session gone).
 func (g *Gateway) newMCPServer(base policy.Principal, transport string, alive context.Context) *mcp.Server {
 	who := func(req mcp.Request) policy.Principal { return principalOf(base, transport, req.GetExtra()) }
+	// A subscription the SDK makes on behalf of a 2026-07-28
+	// subscriptions/listen carries no transport extra of its own: it is
+	// decided for the principal of that listen request.
+	subscriber := func(ctx context.Context, req mcp.Request) policy.Principal {
+		if p, ok := ctx.Value(listenerKey{}).(policy.Principal); ok && req.GetExtra() == nil {
+			return p
+		}
+		return who(req)
+	}
 	var s *mcp.Server
 	s = mcp.NewServer(&mcp.Implementation{Name: "mcp-warden", Version: Version}, &mcp.ServerOptions{
 		Capabilities: downstreamCapabilities,
 		// The SDK keeps the subscriptions (and sends updates to them) once
 		// these allow them.
 		SubscribeHandler: func(ctx context.Context, req *mcp.SubscribeRequest) error {
-			return g.subscribeResource(withRequestMeta(ctx, req), who(req), req.Params.URI, true)
+			return g.subscribeResource(withRequestMeta(ctx, req), subscriber(ctx, req), req.Params.URI, true)
 		},
 		UnsubscribeHandler: func(ctx context.Context, req *mcp.UnsubscribeRequest) error {
-			return g.subscribeResource(withRequestMeta(ctx, req), who(req), req.Params.URI, false)
+			return g.subscribeResource(withRequestMeta(ctx, req), subscriber(ctx, req), req.Params.URI, false)
 		},
 	})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -111,6 +120,9 @@ func (g *Gateway) newMCPServer(base policy.Principal, transport string, alive co
 				ctx, cancel = context.WithCancel(ctx)
 				defer cancel()
 				defer context.AfterFunc(alive, cancel)()
+			}
+			if _, ok := req.(*mcp.SubscriptionsListenRequest); ok {
+				ctx = context.WithValue(ctx, listenerKey{}, who(req))
 			}
 			res, err := g.answer(ctx, method, req, who)
 			if err == errNotIntercepted {
@@ -155,6 +167,10 @@ func registerTools(s *mcp.Server, before, after *catalog) {
 }
 
 var errNotIntercepted = fmt.Errorf("not intercepted")
+
+// listenerKey holds the principal of a subscriptions/listen request in its
+// context, where the SDK's resource subscriptions on its behalf find it.
+type listenerKey struct{}
 
 // answer serves the feature methods through the Gateway methods, which
 // decide by policy and forward; errNotIntercepted leaves the rest to the SDK.
@@ -329,10 +345,11 @@ func (g *Gateway) HTTPHandler(principal policy.Principal, opts ...HTTPOptions) h
 	if o.Metrics {
 		mux.Handle("/metrics", g.MetricsHandler())
 	}
-	// Shutdown waits for requests in flight (not for GET streams, which
-	// never end on their own) until their responses are written.
+	// Shutdown waits for requests in flight (not for GET streams and
+	// 2026-07-28 subscriptions, which never end on their own) until their
+	// responses are written.
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
+		if r.Method != http.MethodGet && r.Header.Get("Mcp-Method") != "subscriptions/listen" {
 			g.inflight.add()
 			defer g.inflight.done()
 		}

@@ -42,12 +42,13 @@ const (
 // own era, so that sampling and elicitation reach legacy clients as
 // requests and modern clients as input_required results.
 type upstream struct {
-	cfg         ServerConfig
-	g           *Gateway
-	legacy      *link
-	modern      *link // nil: the server speaks no 2026-07-28
-	confinement policy.Confinement
-	calls       callRegistry
+	cfg           ServerConfig
+	g             *Gateway
+	legacy        *link
+	modern        *link // nil: the server speaks no 2026-07-28
+	confinement   policy.Confinement
+	calls         callRegistry
+	subscriptions subscriptionCounts // downstream subscriptions per resource URI
 	// ready is set once start-up has assigned the links and listed the
 	// server: list_changed notifications before that are covered by the
 	// start-up listing and must not touch half-built links.
