@@ -49,7 +49,10 @@ type Gateway struct {
 	metrics *metrics
 	auth    *authenticator               // nil: HTTP clients are not authenticated
 	envs    map[string]map[string]string // server name → environment
-	envErrs map[string]error             // server name → why its environment could not be built
+	envErrs map[string]error             // server name → why its environment or headers could not be built
+	// remoteHeaders are the headers sent to each remote server, secret
+	// values read from the host included.
+	remoteHeaders map[string]map[string]string
 
 	// background runs work started by upstream notifications (re-listing);
 	// Close waits for it.
@@ -117,7 +120,8 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	g := &Gateway{cfg: cfg, logger: o.logger, envs: map[string]map[string]string{}, envErrs: map[string]error{}}
+	g := &Gateway{cfg: cfg, logger: o.logger, envs: map[string]map[string]string{}, envErrs: map[string]error{},
+		remoteHeaders: map[string]map[string]string{}}
 
 	var secrets []string
 	for _, sc := range cfg.Servers {
@@ -128,6 +132,15 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		}
 		g.envs[sc.Name] = env
 		secrets = append(secrets, values...)
+		if sc.URL != "" {
+			headers, values, err := sc.remoteHeaders(nil, nil)
+			if err != nil {
+				g.envErrs[sc.Name] = err
+				continue
+			}
+			g.remoteHeaders[sc.Name] = headers
+			secrets = append(secrets, values...)
+		}
 	}
 
 	engine, source, err := newEngine(context.Background(), cfg, o.policy)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"iter"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,11 +67,21 @@ type upstream struct {
 // link is one MCP client session with the server: over the stdio of a
 // confined process, or over HTTP to a remote server.
 type link struct {
-	proc    *sandbox.Process // nil for a remote server
-	stderr  *lineLogger      // nil for a remote server
-	session *mcp.ClientSession
-	relayed relayedCounter // log and progress notifications read but not yet relayed
+	proc       *sandbox.Process   // nil for a remote server
+	stderr     *lineLogger        // nil for a remote server
+	stopStream context.CancelFunc // ends a remote HTTP+SSE server's stream; nil otherwise
+	session    *mcp.ClientSession
+	relayed    relayedCounter // log and progress notifications read but not yet relayed
 }
+
+// streamTransport connects its transport under ctx instead of the
+// caller's context.
+type streamTransport struct {
+	mcp.Transport
+	ctx context.Context
+}
+
+func (t streamTransport) Connect(context.Context) (mcp.Connection, error) { return t.Transport.Connect(t.ctx) }
 
 func (l *link) modern() bool {
 	r := l.session.InitializeResult()
@@ -138,9 +147,17 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 	client.AddReceivingMiddleware(u.relayRequests)
 	var t mcp.Transport
 	if sc.URL != "" {
-		hc := &http.Client{Transport: headerTransport{headers: sc.Headers, next: http.DefaultTransport}}
+		hc := remoteHTTPClient(sc, u.g.remoteHeaders[sc.Name])
 		if sc.Transport == RemoteSSE {
-			t = countingTransport{Transport: &mcp.SSEClientTransport{Endpoint: sc.URL, HTTPClient: hc}, relayed: &l.relayed}
+			// The SSE transport reads the whole session from the GET it
+			// makes in Connect, under Connect's context: the link, not the
+			// start-up deadline, must say when it ends (a start that runs
+			// out of time still ends it).
+			streamCtx, stopStream := context.WithCancel(context.WithoutCancel(ctx))
+			l.stopStream = stopStream
+			defer context.AfterFunc(ctx, stopStream)()
+			t = countingTransport{Transport: streamTransport{Transport: &mcp.SSEClientTransport{Endpoint: sc.URL, HTTPClient: hc}, ctx: streamCtx},
+				relayed: &l.relayed}
 		} else {
 			hc.Transport = countingHTTP{next: hc.Transport, relayed: &l.relayed}
 			t = &mcp.StreamableClientTransport{Endpoint: sc.URL, HTTPClient: hc}
@@ -177,23 +194,6 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 		return nil, fmt.Errorf("server %q: MCP handshake: %w", sc.Name, err)
 	}
 	return l, nil
-}
-
-// headerTransport adds the configured headers to every request to a remote
-// server. Nothing of the downstream request is copied.
-type headerTransport struct {
-	headers map[string]string
-	next    http.RoundTripper
-}
-
-func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if len(t.headers) > 0 {
-		r = r.Clone(r.Context())
-		for k, v := range t.headers {
-			r.Header.Set(k, v)
-		}
-	}
-	return t.next.RoundTrip(r)
 }
 
 // clientOptions routes what the server sends on its own — notifications
@@ -415,6 +415,9 @@ func (l *link) close() error {
 	}
 	if l.stderr != nil {
 		_ = l.stderr.Close()
+	}
+	if l.stopStream != nil {
+		l.stopStream()
 	}
 	return errors.Join(errs...)
 }
