@@ -81,7 +81,9 @@ type streamTransport struct {
 	ctx context.Context
 }
 
-func (t streamTransport) Connect(context.Context) (mcp.Connection, error) { return t.Transport.Connect(t.ctx) }
+func (t streamTransport) Connect(context.Context) (mcp.Connection, error) {
+	return t.Transport.Connect(t.ctx)
+}
 
 func (l *link) modern() bool {
 	r := l.session.InitializeResult()
