@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -76,8 +78,10 @@ func (s *sessionCalls) end(id, user string) {
 		return
 	}
 	delete(s.sessions, id)
+	// The requests' own done funcs delete from cancels under s.mu.
+	cancels := slices.Collect(maps.Values(in.cancels))
 	s.mu.Unlock()
-	for _, cancel := range in.cancels {
+	for _, cancel := range cancels {
 		cancel()
 	}
 }
