@@ -85,9 +85,10 @@ bench-spawn:
 	$(GO) test -run '^$$' -bench 'BenchmarkSpawnToReady' -count 3 ./sandbox/
 
 # One tools/call through `mcp-warden serve --stdio` (default policy, decision
-# log to a file) vs straight to the same stdio server, in one run: p50/p99
-# and what the gateway adds; calls per second with 16 concurrent callers and
-# gateway/direct.
+# log to a file) vs straight to the same stdio server and through a bare
+# go-sdk relay (the floor of one hop), in one run: p50/p99, what the gateway
+# adds to each, CPU per call of each process; calls per second with 16
+# concurrent callers and gateway/direct.
 bench-proxy:
 	$(GO) test -run '^$$' -bench 'BenchmarkProxyToolsCall' -benchtime 5000x ./cmd/mcp-warden/
 

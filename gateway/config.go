@@ -80,10 +80,31 @@ type ServerConfig struct {
 	// Transport is how URL is spoken: "streamable-http" (the default) or
 	// "sse" (the deprecated HTTP+SSE transport).
 	Transport string `yaml:"transport" json:"transport"`
-	// Headers are sent with every request to URL (an API key, say). They
-	// are the only credentials a remote server sees: a client's own are
-	// never forwarded.
+	// Headers are sent with every request to URL. Together with
+	// HeaderSecrets they are the only credentials a remote server sees: a
+	// client's own are never forwarded. Put nothing secret here: use
+	// HeaderSecrets.
 	Headers map[string]string `yaml:"headers" json:"headers"`
+	// HeaderSecrets are headers whose values are read at start from a host
+	// environment variable or a file (an API key, a bearer token), so that
+	// the config holds no secret; their values never appear in logs.
+	HeaderSecrets map[string]HeaderSecret `yaml:"header_secrets" json:"header_secrets"`
+	// AllowPrivateNetwork lets URL reach loopback, private, link-local,
+	// shared (CGNAT) and cloud-metadata addresses, which are refused by
+	// default so that a remote server entry cannot be pointed at the
+	// gateway's own network (SSRF). Set it for a server you run next to
+	// the gateway.
+	AllowPrivateNetwork bool `yaml:"allow_private_network" json:"allow_private_network"`
+}
+
+// HeaderSecret says where a secret header value is read from: exactly one
+// of Env (a host environment variable) and File (a file whose content,
+// without a trailing newline, is the value). Prefix goes before it, e.g.
+// "Bearer ".
+type HeaderSecret struct {
+	Env    string `yaml:"env" json:"env"`
+	File   string `yaml:"file" json:"file"`
+	Prefix string `yaml:"prefix" json:"prefix"`
 }
 
 // Remote server transports (ServerConfig.Transport).

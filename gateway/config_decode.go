@@ -450,39 +450,69 @@ func (d *nodeDecoder) claudeServers(root *yaml.Node, cfg *Config) {
 		for _, e := range d.entries(top.value, "mcpServers") {
 			key := pathKey("mcpServers", e.key.Value)
 			d.lines[key] = e.key.Line
-			if remote := remoteKind(e.value); remote != "" {
-				d.fail(e.key, key, "is a remote server ("+remote+"); remote servers are not supported in this file yet",
-					"remove the entry, or run the server through a local stdio bridge and list that command")
-				continue
-			}
 			var cs struct {
 				Command string            `yaml:"command"`
 				Args    []string          `yaml:"args"`
 				Env     map[string]string `yaml:"env"`
 				Cwd     string            `yaml:"cwd"`
-				Type    string            `yaml:"type"` // "stdio"; others are refused by remoteKind
+				Type    string            `yaml:"type"`
+				URL     string            `yaml:"url"`
+				Headers map[string]string `yaml:"headers"`
 			}
 			d.decode(e.value, reflect.ValueOf(&cs).Elem(), key)
-			cfg.Servers = append(cfg.Servers, ServerConfig{Name: e.key.Value, Command: cs.Command, Args: cs.Args, Env: cs.Env, Cwd: cs.Cwd})
+			sc := ServerConfig{Name: e.key.Value, Command: cs.Command, Args: cs.Args, Env: cs.Env, Cwd: cs.Cwd}
+			switch cs.Type {
+			case "", "stdio":
+				if cs.URL != "" && cs.Type == "stdio" {
+					d.fail(e.key, key+".type", `"stdio" with a url`, `a remote server's type is "http" or "sse"; a stdio one has a command instead of a url`)
+					continue
+				}
+			case "http", "streamable-http", "streamableHttp":
+				sc.Transport = RemoteStreamableHTTP
+			case "sse":
+				sc.Transport = RemoteSSE
+			default:
+				d.fail(e.key, key+".type", fmt.Sprintf("%q is not a server type", cs.Type), `use "stdio" (command), "http" or "sse" (url)`)
+				continue
+			}
+			if cs.URL != "" {
+				sc.URL = cs.URL
+				if sc.Transport == "" {
+					sc.Transport = RemoteStreamableHTTP
+				}
+				sc.Headers, sc.HeaderSecrets = claudeHeaders(cs.Headers)
+			} else if len(cs.Headers) > 0 {
+				sc.Headers = cs.Headers // refused by Validate: headers without url
+			}
+			cfg.Servers = append(cfg.Servers, sc)
 		}
 	}
 }
 
-// remoteKind describes why a Claude Desktop entry is a remote server, or
-// returns "" for a stdio one.
-func remoteKind(n *yaml.Node) string {
-	if n.Kind != yaml.MappingNode {
-		return ""
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		switch k, v := n.Content[i].Value, n.Content[i+1]; {
-		case k == "url":
-			return "it has a url"
-		case k == "type" && !(v.Kind == yaml.ScalarNode && v.Value == "stdio"):
-			return fmt.Sprintf("type %q", v.Value)
+// claudeVariable is a Claude Desktop header value naming a host variable:
+// "${NAME}", possibly after a prefix such as "Bearer ".
+var claudeVariable = regexp.MustCompile(`^([^$]*)\$\{([A-Za-z_][A-Za-z0-9_]*)\}$`)
+
+// claudeHeaders splits a Claude Desktop entry's headers into literal ones
+// and those whose value comes from a host variable ("Bearer ${TOKEN}"),
+// which are read at start and kept out of logs like header_secrets.
+func claudeHeaders(in map[string]string) (map[string]string, map[string]HeaderSecret) {
+	var headers map[string]string
+	var secrets map[string]HeaderSecret
+	for name, value := range in {
+		if m := claudeVariable.FindStringSubmatch(value); m != nil {
+			if secrets == nil {
+				secrets = map[string]HeaderSecret{}
+			}
+			secrets[name] = HeaderSecret{Env: m[2], Prefix: m[1]}
+			continue
 		}
+		if headers == nil {
+			headers = map[string]string{}
+		}
+		headers[name] = value
 	}
-	return ""
+	return headers, secrets
 }
 
 func hasKey(mapping *yaml.Node, key string) bool {

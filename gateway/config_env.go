@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +47,55 @@ func (s ServerConfig) Environment(lookup func(string) (string, bool)) (env map[s
 		return nil, nil, errors.Join(errs...)
 	}
 	return env, secretValues, nil
+}
+
+// remoteHeaders returns the headers sent to a remote server: Headers plus
+// every HeaderSecrets value read from the host (lookup for env, readFile
+// for file; nil means the os functions). secretValues holds the distinct
+// non-empty secret values, for redaction. Errors name the server, the
+// header and where its value was to come from, never a value.
+func (s ServerConfig) remoteHeaders(lookup func(string) (string, bool), readFile func(string) ([]byte, error)) (headers map[string]string, secretValues []string, err error) {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	if readFile == nil {
+		readFile = os.ReadFile
+	}
+	headers = make(map[string]string, len(s.Headers)+len(s.HeaderSecrets))
+	maps.Copy(headers, s.Headers)
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(s.HeaderSecrets)) {
+		hs := s.HeaderSecrets[name]
+		var value string
+		switch {
+		case hs.Env != "":
+			v, ok := lookup(hs.Env)
+			if !ok {
+				errs = append(errs, fmt.Errorf("server %q: header %s: host variable %s is not set; export %s before starting mcp-warden", s.Name, name, hs.Env, hs.Env))
+				continue
+			}
+			value = v
+		default:
+			b, err := readFile(hs.File)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("server %q: header %s: read %s: %w", s.Name, name, hs.File, errors.Unwrap(err)))
+				continue
+			}
+			value = strings.TrimRight(string(b), "\r\n")
+		}
+		if strings.ContainsAny(value, "\r\n\x00") {
+			errs = append(errs, fmt.Errorf("server %q: header %s: the value from %s spans lines; a header value is one line", s.Name, name, cmp.Or(hs.Env, hs.File)))
+			continue
+		}
+		headers[name] = hs.Prefix + value
+		if value != "" && !slices.Contains(secretValues, value) {
+			secretValues = append(secretValues, value)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, nil, errors.Join(errs...)
+	}
+	return headers, secretValues, nil
 }
 
 // agentVarSuffixes are the per-server variables of the agent environment

@@ -136,6 +136,24 @@ func TestLoadConfigClaudeDesktopKeepsOrder(t *testing.T) {
 	assert.Contains(t, warnings[0], `claude_desktop.json: server "zeta": tools.allow is empty`)
 }
 
+// TestLoadConfigClaudeDesktopRemote: Claude Desktop url entries are remote
+// servers; a header value naming a host variable is read from the host at
+// start, like header_secrets, instead of kept in the config.
+func TestLoadConfigClaudeDesktopRemote(t *testing.T) {
+	path, _ := configFixture(t, "claude_remote.json")
+	cfg, err := LoadConfig(path)
+	require.NoError(t, err)
+	require.Len(t, cfg.Servers, 3)
+	assert.Equal(t, ServerConfig{
+		Name: "remote", URL: "https://mcp.example.com/mcp", Transport: RemoteStreamableHTTP,
+		Headers:       map[string]string{"X-Client": "mcp-warden"},
+		HeaderSecrets: map[string]HeaderSecret{"Authorization": {Env: "REMOTE_TOKEN", Prefix: "Bearer "}},
+		CallTimeout:   DefaultCallTimeout,
+	}, cfg.Servers[1])
+	assert.Equal(t, RemoteSSE, cfg.Servers[2].Transport)
+	assert.Equal(t, "https://legacy.example.com/sse", cfg.Servers[2].URL)
+}
+
 func TestLoadConfigJSONSchema(t *testing.T) {
 	path, _ := configFixture(t, "config.json")
 	cfg, err := LoadConfig(path)
@@ -164,7 +182,7 @@ func TestLoadConfigFixtureErrors(t *testing.T) {
 		want []string // full messages, fixture path stripped
 	}{{
 		file: "unknown_key.yaml",
-		want: []string{":4: servers[0].tool: unknown key; did you mean tools? known keys here: name, command, args, cwd, env, secrets, call_timeout, tools, sandbox, resources, prompts, url, transport, headers"},
+		want: []string{":4: servers[0].tool: unknown key; did you mean tools? known keys here: name, command, args, cwd, env, secrets, call_timeout, tools, sandbox, resources, prompts, url, transport, headers, header_secrets, allow_private_network"},
 	}, {
 		file: "bad_type.yaml",
 		want: []string{`:4: servers[0].args: want a list, got the number 3; write a list, e.g. ["-y", "some-server"]`},
@@ -185,9 +203,6 @@ func TestLoadConfigFixtureErrors(t *testing.T) {
 	}, {
 		file: "syntax.json",
 		want: []string{`:4: invalid JSON: invalid character ']' looking for beginning of value; check brackets, quotes and commas (JSON allows no trailing commas or comments)`},
-	}, {
-		file: "claude_remote.json",
-		want: []string{`:4: mcpServers.remote: is a remote server (type "http"); remote servers are not supported in this file yet; remove the entry, or run the server through a local stdio bridge and list that command`},
 	}} {
 		t.Run(tc.file, func(t *testing.T) {
 			path, _ := configFixture(t, tc.file)

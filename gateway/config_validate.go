@@ -163,11 +163,28 @@ func (c *Config) validate() []*ConfigError {
 					bad(pathKey(key+".headers", name), "not a valid HTTP header", "use a header name without spaces or colons, and values on one line")
 				}
 			}
+			for _, name := range slices.Sorted(maps.Keys(s.HeaderSecrets)) {
+				hk, hs := pathKey(key+".header_secrets", name), s.HeaderSecrets[name]
+				switch {
+				case name == "" || strings.ContainsAny(name, " :\r\n\x00") || strings.ContainsAny(hs.Prefix, "\r\n\x00"):
+					bad(hk, "not a valid HTTP header", "use a header name without spaces or colons, and a prefix on one line")
+				case (hs.Env == "") == (hs.File == ""):
+					bad(hk, "needs exactly one of env and file", "name the host variable (env: REMOTE_TOKEN) or the file holding the value (file: /run/secrets/token)")
+				case hasHeader(s.Headers, name):
+					bad(hk, "is also set in headers", "keep the header in one place: header_secrets for secret values")
+				}
+			}
+			if u, err := url.Parse(s.URL); err == nil && !s.AllowPrivateNetwork {
+				if why := blockedHost(u.Hostname()); why != "" {
+					bad(key+".url", fmt.Sprintf("%q points at %s, where remote servers are refused (SSRF)", s.URL, why),
+						"set allow_private_network: true on this server if it is yours and meant to be reached there")
+				}
+			}
 		case strings.TrimSpace(s.Command) == "":
 			bad(key+".command", "missing", "set the program to run, e.g. npx (it is run directly, not through a shell)")
 		}
-		if s.URL == "" && (s.Transport != "" || len(s.Headers) > 0) {
-			bad(key, "sets transport or headers without url", "they apply to remote servers only: set url, or remove them")
+		if s.URL == "" && (s.Transport != "" || len(s.Headers) > 0 || len(s.HeaderSecrets) > 0 || s.AllowPrivateNetwork) {
+			bad(key, "sets transport, headers, header_secrets or allow_private_network without url", "they apply to remote servers only: set url, or remove them")
 		}
 		noNUL(key+".command", "the command", s.Command)
 		for j, a := range s.Args {

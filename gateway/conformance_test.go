@@ -60,7 +60,7 @@ func TestConformance(t *testing.T) {
 				server ServerConfig
 			}{
 				{"stdio upstream", ServerConfig{Name: "everything", Command: everything}},
-				{"http upstream", ServerConfig{Name: "everything", URL: direct}},
+				{"http upstream", ServerConfig{Name: "everything", URL: direct, AllowPrivateNetwork: true}},
 			}
 			for _, up := range upstreams {
 				g, _ := startGateway(t, &Config{Naming: NamingFirst, Servers: []ServerConfig{up.server}}, WithPolicy(allowAll))

@@ -88,23 +88,42 @@ var privateCache = mcp.Cacheable{CacheScope: "private"}
 // is answered by the Gateway method of the same name (ListTools, CallTool,
 // ReadResource, GetPrompt…) for the principal principalOf finds; the
 // protocol's own methods (initialize, ping, logging/setLevel,
-// subscriptions/listen…) are the SDK's.
-func (g *Gateway) newMCPServer(base policy.Principal, transport string) *mcp.Server {
+// subscriptions/listen…) are the SDK's. When alive is not nil, its end
+// cancels every request in flight (a connection-bound session gone).
+func (g *Gateway) newMCPServer(base policy.Principal, transport string, alive context.Context) *mcp.Server {
 	who := func(req mcp.Request) policy.Principal { return principalOf(base, transport, req.GetExtra()) }
+	// A subscription the SDK makes on behalf of a 2026-07-28
+	// subscriptions/listen carries no transport extra of its own: it is
+	// decided for the principal of that listen request.
+	subscriber := func(ctx context.Context, req mcp.Request) policy.Principal {
+		if p, ok := ctx.Value(listenerKey{}).(policy.Principal); ok && req.GetExtra() == nil {
+			return p
+		}
+		return who(req)
+	}
 	var s *mcp.Server
 	s = mcp.NewServer(&mcp.Implementation{Name: "mcp-warden", Version: Version}, &mcp.ServerOptions{
 		Capabilities: downstreamCapabilities,
 		// The SDK keeps the subscriptions (and sends updates to them) once
 		// these allow them.
 		SubscribeHandler: func(ctx context.Context, req *mcp.SubscribeRequest) error {
-			return g.subscribeResource(withRequestMeta(ctx, req), who(req), req.Params.URI, true)
+			return g.subscribeResource(withRequestMeta(ctx, req), subscriber(ctx, req), req.Params.URI, true)
 		},
 		UnsubscribeHandler: func(ctx context.Context, req *mcp.UnsubscribeRequest) error {
-			return g.subscribeResource(withRequestMeta(ctx, req), who(req), req.Params.URI, false)
+			return g.subscribeResource(withRequestMeta(ctx, req), subscriber(ctx, req), req.Params.URI, false)
 		},
 	})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if alive != nil {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+				defer context.AfterFunc(alive, cancel)()
+			}
+			if _, ok := req.(*mcp.SubscriptionsListenRequest); ok {
+				ctx = context.WithValue(ctx, listenerKey{}, who(req))
+			}
 			res, err := g.answer(ctx, method, req, who)
 			if err == errNotIntercepted {
 				return next(ctx, method, req)
@@ -149,6 +168,10 @@ func registerTools(s *mcp.Server, before, after *catalog) {
 
 var errNotIntercepted = fmt.Errorf("not intercepted")
 
+// listenerKey holds the principal of a subscriptions/listen request in its
+// context, where the SDK's resource subscriptions on its behalf find it.
+type listenerKey struct{}
+
 // answer serves the feature methods through the Gateway methods, which
 // decide by policy and forward; errNotIntercepted leaves the rest to the SDK.
 func (g *Gateway) answer(ctx context.Context, method string, req mcp.Request, who func(mcp.Request) policy.Principal) (mcp.Result, error) {
@@ -159,6 +182,8 @@ func (g *Gateway) answer(ctx context.Context, method string, req mcp.Request, wh
 	default:
 		return nil, errNotIntercepted
 	}
+	ctx, done := g.sessionCalls.track(ctx, req)
+	defer done()
 	switch r := req.(type) {
 	case *mcp.ListToolsRequest:
 		tools, err := g.ListTools(ctx, who(req))
@@ -284,7 +309,7 @@ func (g *Gateway) Serve(ctx context.Context, t mcp.Transport, principal policy.P
 	if transport == "" {
 		transport = TransportStdio
 	}
-	s := g.newMCPServer(principal, transport)
+	s := g.newMCPServer(principal, transport, nil)
 	defer g.forgetDownstreamServer(s)
 	return s.Run(ctx, t)
 }
@@ -308,16 +333,23 @@ func (g *Gateway) HTTPHandler(principal policy.Principal, opts ...HTTPOptions) h
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.streamableHandler(principal))
-	sse := g.newMCPServer(principal, TransportSSE)
-	mux.Handle("/sse", mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return sse }, nil))
+	// An HTTP+SSE session lives as long as the client's GET stream (the SDK
+	// asks for its server once per GET): its end cancels its calls, which
+	// the SDK would otherwise wait for before closing the session.
+	mux.Handle("/sse", mcp.NewSSEHandler(func(r *http.Request) *mcp.Server {
+		s := g.newMCPServer(principal, TransportSSE, r.Context())
+		context.AfterFunc(r.Context(), func() { g.forgetDownstreamServer(s) })
+		return s
+	}, nil))
 	g.restRoutes(mux, principal)
 	if o.Metrics {
 		mux.Handle("/metrics", g.MetricsHandler())
 	}
-	// Shutdown waits for requests in flight (not for GET streams, which
-	// never end on their own) until their responses are written.
+	// Shutdown waits for requests in flight (not for GET streams and
+	// 2026-07-28 subscriptions, which never end on their own) until their
+	// responses are written.
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
+		if r.Method != http.MethodGet && r.Header.Get("Mcp-Method") != "subscriptions/listen" {
 			g.inflight.add()
 			defer g.inflight.done()
 		}
@@ -335,11 +367,15 @@ func (g *Gateway) HTTPHandler(principal policy.Principal, opts ...HTTPOptions) h
 // only in sessions): a request is modern when its MCP-Protocol-Version
 // header names a version that is not one of the legacy ones.
 func (g *Gateway) streamableHandler(principal policy.Principal) http.Handler {
-	s := g.newMCPServer(principal, TransportStreamableHTTP)
+	s := g.newMCPServer(principal, TransportStreamableHTTP, nil)
 	get := func(*http.Request) *mcp.Server { return s }
 	// The hygiene in front checks Host and Origin for both.
-	legacy := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{DisableLocalhostProtection: true, SessionTimeout: sessionIdleTimeout})
-	modern := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true})
+	legacy := g.sessionCalls.endingSessions(mcp.NewStreamableHTTPHandler(get,
+		&mcp.StreamableHTTPOptions{DisableLocalhostProtection: true, SessionTimeout: sessionIdleTimeout}))
+	// A 2026-07-28 request lives as long as its POST: a client that closes
+	// the stream cancels the call, upstream too.
+	modern := mcp.NewStreamableHTTPHandler(get,
+		&mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true, PropagateRequestCancellation: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isModernRequest(r) {
 			modern.ServeHTTP(w, r)

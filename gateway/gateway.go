@@ -44,12 +44,16 @@ type Gateway struct {
 	cfg     *Config
 	logger  *slog.Logger
 	decider *policy.Decider
+	warm    *warmRunner // runs decisions on grown stacks
 	engine  policy.Engine
 	declog  *policy.DecisionLog
 	metrics *metrics
 	auth    *authenticator               // nil: HTTP clients are not authenticated
 	envs    map[string]map[string]string // server name → environment
-	envErrs map[string]error             // server name → why its environment could not be built
+	envErrs map[string]error             // server name → why its environment or headers could not be built
+	// remoteHeaders are the headers sent to each remote server, secret
+	// values read from the host included.
+	remoteHeaders map[string]map[string]string
 
 	// background runs work started by upstream notifications (re-listing);
 	// Close waits for it.
@@ -64,7 +68,8 @@ type Gateway struct {
 	catalog   *catalog
 	status    []ServerStatus
 
-	inflight inflightCounter // forwarded requests, awaited by shutdown
+	inflight     inflightCounter // forwarded requests, awaited by shutdown
+	sessionCalls sessionCalls    // requests in flight per HTTP session, cancelled when it ends
 
 	pool *sandbox.Pool // sandbox inits started ahead for stdio servers; nil: none
 
@@ -118,7 +123,8 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	g := &Gateway{cfg: cfg, logger: o.logger, envs: map[string]map[string]string{}, envErrs: map[string]error{}}
+	g := &Gateway{cfg: cfg, logger: o.logger, envs: map[string]map[string]string{}, envErrs: map[string]error{},
+		remoteHeaders: map[string]map[string]string{}}
 
 	var secrets []string
 	for _, sc := range cfg.Servers {
@@ -129,6 +135,15 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		}
 		g.envs[sc.Name] = env
 		secrets = append(secrets, values...)
+		if sc.URL != "" {
+			headers, values, err := sc.remoteHeaders(nil, nil)
+			if err != nil {
+				g.envErrs[sc.Name] = err
+				continue
+			}
+			g.remoteHeaders[sc.Name] = headers
+			secrets = append(secrets, values...)
+		}
 	}
 
 	engine, source, err := newEngine(context.Background(), cfg, o.policy)
@@ -197,6 +212,7 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		_ = g.declog.Close()
 		return nil, err
 	}
+	g.warm = newWarmRunner()
 	return g, nil
 }
 
@@ -409,7 +425,8 @@ func exposed[E, T any](ctx context.Context, g *Gateway, principal policy.Princip
 		fill(item, &inputs[i])
 	}
 	start := time.Now()
-	decisions := g.decider.DecideExposure(ctx, inputs)
+	var decisions []policy.Decision
+	g.warm.run(func() { decisions = g.decider.DecideExposure(ctx, inputs) })
 	g.metrics.observe(action, start, decisions...)
 	for i, d := range decisions {
 		if d.Allow {
@@ -438,7 +455,8 @@ func (g *Gateway) decide(ctx context.Context, principal policy.Principal, in pol
 	in.Principal, in.RequestID, in.SessionID = principalDefaults(principal), meta.requestID, meta.sessionID
 	start := time.Now()
 	in.Time = policy.Timestamp(start)
-	d := g.decider.Decide(ctx, in)
+	var d policy.Decision
+	g.warm.run(func() { d = g.decider.Decide(ctx, in) })
 	g.metrics.observe(in.Action, start, d)
 	return d
 }
@@ -537,6 +555,7 @@ func (g *Gateway) Close() error {
 	}
 	g.background.Wait() // closed upstreams make their work end at once
 	g.closeDownstreamSessions()
+	g.warm.close()
 	err = errors.Join(err, g.declog.Close())
 	if c, ok := g.engine.(io.Closer); ok {
 		err = errors.Join(err, c.Close())

@@ -211,6 +211,12 @@ const relayWait = time.Second
 type relayedCounter struct{ inflightCounter }
 
 func (c *relayedCounter) wait(ctx context.Context) {
+	c.mu.Lock()
+	idle := c.idle == nil
+	c.mu.Unlock()
+	if idle { // the common case: no timer to arm
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, relayWait)
 	defer cancel()
 	c.inflightCounter.wait(ctx)

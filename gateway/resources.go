@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -61,13 +62,60 @@ func (g *Gateway) subscribeResource(ctx context.Context, principal policy.Princi
 	if err != nil {
 		return err
 	}
-	_, err = forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, _ mcp.Meta) (struct{}, error) {
-		if subscribe {
-			return struct{}{}, s.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
-		}
-		return struct{}{}, s.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
-	})
-	return upstreamError(e.upstream, err)
+	if !subscribe {
+		// A 2026-07-28 subscription ends with its listen request, whose
+		// context is done by then: the unsubscription must still go out.
+		ctx = context.WithoutCancel(ctx)
+	}
+	return upstreamError(e.upstream, e.upstream.subscriptions.change(uri, subscribe, func() error {
+		_, err := forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, _ mcp.Meta) (struct{}, error) {
+			if subscribe {
+				return struct{}{}, s.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+			}
+			return struct{}{}, s.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
+		})
+		return err
+	}))
+}
+
+// subscriptionCounts counts the downstream subscriptions to each URI of one
+// upstream: the upstream holds one subscription for all of them, made by
+// the first and ended by the last, so that one client unsubscribing does
+// not stop another's updates.
+type subscriptionCounts struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+// change counts one subscription to uri in or out, and calls send when
+// that starts or ends the upstream's subscription (a failed send undoes
+// the count).
+func (c *subscriptionCounts) change(uri string, subscribe bool, send func() error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts == nil {
+		c.counts = map[string]int{}
+	}
+	n := c.counts[uri]
+	switch {
+	case subscribe && n > 0:
+		c.counts[uri]++
+		return nil
+	case !subscribe && n == 0: // not subscribed: nothing to end
+		return nil
+	case !subscribe && n > 1:
+		c.counts[uri]--
+		return nil
+	}
+	if err := send(); err != nil && subscribe {
+		return err
+	}
+	if subscribe {
+		c.counts[uri] = 1
+	} else {
+		delete(c.counts, uri)
+	}
+	return nil
 }
 
 // allowResource finds what serves uri and decides the read.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"iter"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,12 +41,13 @@ const (
 // own era, so that sampling and elicitation reach legacy clients as
 // requests and modern clients as input_required results.
 type upstream struct {
-	cfg         ServerConfig
-	g           *Gateway
-	legacy      *link
-	modern      *link // nil: the server speaks no 2026-07-28
-	confinement policy.Confinement
-	calls       callRegistry
+	cfg           ServerConfig
+	g             *Gateway
+	legacy        *link
+	modern        *link // nil: the server speaks no 2026-07-28
+	confinement   policy.Confinement
+	calls         callRegistry
+	subscriptions subscriptionCounts // downstream subscriptions per resource URI
 	// ready is set once start-up has assigned the links and listed the
 	// server: list_changed notifications before that are covered by the
 	// start-up listing and must not touch half-built links.
@@ -67,10 +67,22 @@ type upstream struct {
 // link is one MCP client session with the server: over the stdio of a
 // confined process, or over HTTP to a remote server.
 type link struct {
-	proc    *sandbox.Process // nil for a remote server
-	stderr  *lineLogger      // nil for a remote server
-	session *mcp.ClientSession
-	relayed relayedCounter // log and progress notifications read but not yet relayed
+	proc       *sandbox.Process   // nil for a remote server
+	stderr     *lineLogger        // nil for a remote server
+	stopStream context.CancelFunc // ends a remote HTTP+SSE server's stream; nil otherwise
+	session    *mcp.ClientSession
+	relayed    relayedCounter // log and progress notifications read but not yet relayed
+}
+
+// streamTransport connects its transport under ctx instead of the
+// caller's context.
+type streamTransport struct {
+	mcp.Transport
+	ctx context.Context
+}
+
+func (t streamTransport) Connect(context.Context) (mcp.Connection, error) {
+	return t.Transport.Connect(t.ctx)
 }
 
 func (l *link) modern() bool {
@@ -137,9 +149,17 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 	client.AddReceivingMiddleware(u.relayRequests)
 	var t mcp.Transport
 	if sc.URL != "" {
-		hc := &http.Client{Transport: headerTransport{headers: sc.Headers, next: http.DefaultTransport}}
+		hc := remoteHTTPClient(sc, u.g.remoteHeaders[sc.Name])
 		if sc.Transport == RemoteSSE {
-			t = countingTransport{Transport: &mcp.SSEClientTransport{Endpoint: sc.URL, HTTPClient: hc}, relayed: &l.relayed}
+			// The SSE transport reads the whole session from the GET it
+			// makes in Connect, under Connect's context: the link, not the
+			// start-up deadline, must say when it ends (a start that runs
+			// out of time still ends it).
+			streamCtx, stopStream := context.WithCancel(context.WithoutCancel(ctx))
+			l.stopStream = stopStream
+			defer context.AfterFunc(ctx, stopStream)()
+			t = countingTransport{Transport: streamTransport{Transport: &mcp.SSEClientTransport{Endpoint: sc.URL, HTTPClient: hc}, ctx: streamCtx},
+				relayed: &l.relayed}
 		} else {
 			hc.Transport = countingHTTP{next: hc.Transport, relayed: &l.relayed}
 			t = &mcp.StreamableClientTransport{Endpoint: sc.URL, HTTPClient: hc}
@@ -176,23 +196,6 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 		return nil, fmt.Errorf("server %q: MCP handshake: %w", sc.Name, err)
 	}
 	return l, nil
-}
-
-// headerTransport adds the configured headers to every request to a remote
-// server. Nothing of the downstream request is copied.
-type headerTransport struct {
-	headers map[string]string
-	next    http.RoundTripper
-}
-
-func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if len(t.headers) > 0 {
-		r = r.Clone(r.Context())
-		for k, v := range t.headers {
-			r.Header.Set(k, v)
-		}
-	}
-	return t.next.RoundTrip(r)
 }
 
 // clientOptions routes what the server sends on its own — notifications
@@ -414,6 +417,9 @@ func (l *link) close() error {
 	}
 	if l.stderr != nil {
 		_ = l.stderr.Close()
+	}
+	if l.stopStream != nil {
+		l.stopStream()
 	}
 	return errors.Join(errs...)
 }

@@ -42,7 +42,7 @@ func TestE2EMixedRealUpstreams(t *testing.T) {
 		Naming: NamingPrefix,
 		Servers: []ServerConfig{
 			{Name: "local", Command: everyCmd, Args: append(everyArgs, "stdio"), Tools: ToolFilter{Allow: []string{"echo", "get-sum"}}},
-			{Name: "remote", URL: "http://" + remote + "/mcp", Tools: ToolFilter{Allow: []string{"echo", "get-sum"}}},
+			{Name: "remote", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true, Tools: ToolFilter{Allow: []string{"echo", "get-sum"}}},
 			{Name: "memory", Command: memCmd, Args: memArgs, Tools: ToolFilter{Allow: []string{"create_entities", "read_graph"}},
 				Env:     map[string]string{"MEMORY_FILE_PATH": filepath.Join(root, "memory.jsonl")},
 				Sandbox: sandbox.Profile{ReadWrite: []string{root}}},

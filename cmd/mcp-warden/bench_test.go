@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,16 +21,19 @@ import (
 )
 
 // BenchmarkProxyToolsCall measures what the gateway adds to one tools/call,
-// in one run against its own baseline: a go-sdk client calls the demo
-// server's echo directly over stdio (direct) and through `mcp-warden serve
-// --stdio` with the same server as its stdio upstream, the default policy
-// deciding and the decision log written to a file (gateway).
+// in one run against its own baselines: a go-sdk client calls the demo
+// server's echo directly over stdio (direct), through a bare go-sdk relay
+// (testdata/servers/relay: one server and one client session passing the
+// call on, nothing else — the floor of any go-sdk hop, relay), and through
+// `mcp-warden serve --stdio` with the same server as its stdio upstream, the
+// default policy deciding and the decision log written to a file (gateway).
 //
-//   - latency: calls alternate between the two, one at a time; reports the
-//     p50 and p99 of each and what the gateway adds (added_p50_us, added_p99_us).
+//   - latency: calls rotate over the three, one at a time; reports the p50
+//     and p99 of each, what the gateway adds to direct (added_p50_us,
+//     added_p99_us) and to the bare relay (over_relay_p50_us, over_relay_p99_us).
 //   - throughput16: 16 concurrent callers on one session share b.N calls,
-//     first direct then through the gateway; reports calls per second of
-//     each and gateway/direct.
+//     direct, then relay, then gateway; reports calls per second of each,
+//     gateway/direct and relay/direct.
 //
 // `make bench-proxy` runs it.
 func BenchmarkProxyToolsCall(b *testing.B) {
@@ -47,18 +53,23 @@ decision_log: {path: %s}
 		b.Fatal(err)
 	}
 	ctx := context.Background()
+	var pids []int // direct, relay, gateway: whose CPU time a latency run reports
 	connect := func(cmd *exec.Cmd) *mcp.ClientSession {
 		cmd.Env = append(os.Environ(), key+"="+value)
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
+		pids = append(pids, cmd.Process.Pid)
 		return cs
 	}
+	relayExe := testenv.BuildGo(b, "./testdata/servers/relay")
 	direct := connect(exec.Command(exe, "demo-server"))
+	relay := connect(exec.Command(relayExe, exe, "demo-server"))
 	gateway := connect(exec.Command(exe, "serve", "--config", cfgPath, "--stdio"))
 	defer func() {
 		_ = direct.Close()
+		_ = relay.Close()
 		_ = gateway.Close()
 		testenv.RequireNoProcess(b, key, value)
 	}()
@@ -76,21 +87,37 @@ decision_log: {path: %s}
 	}
 	for range 200 { // warm both paths up (connections, caches, JIT-free but lazy inits)
 		call(direct, "echo")
+		call(relay, "echo")
 		call(gateway, "demo__echo")
 	}
 
 	b.Run("latency", func(b *testing.B) {
+		cpu0 := processCPU(b, pids...)
 		d := make([]time.Duration, 0, b.N)
+		r := make([]time.Duration, 0, b.N)
 		g := make([]time.Duration, 0, b.N)
 		for range b.N {
 			t0 := time.Now()
 			call(direct, "echo")
 			t1 := time.Now()
+			call(relay, "echo")
+			t2 := time.Now()
 			call(gateway, "demo__echo")
-			d, g = append(d, t1.Sub(t0)), append(g, time.Since(t1))
+			d, r, g = append(d, t1.Sub(t0)), append(r, t2.Sub(t1)), append(g, time.Since(t2))
 		}
 		b.StopTimer()
+		cpu1 := processCPU(b, pids...)
+		for i, name := range []string{"server", "relay", "gateway"} {
+			// CPU time of that process per call (the server's own: both
+			// hops call it too, so it serves 3 calls per round).
+			per := b.N
+			if i == 0 {
+				per *= 3
+			}
+			b.ReportMetric(float64((cpu1[i]-cpu0[i]).Microseconds())/float64(per), name+"_cpu_us/call")
+		}
 		slices.Sort(d)
+		slices.Sort(r)
 		slices.Sort(g)
 		q := func(s []time.Duration, p float64) float64 {
 			return float64(s[int(p*float64(len(s)-1))].Nanoseconds()) / 1e3
@@ -101,6 +128,10 @@ decision_log: {path: %s}
 		b.ReportMetric(q(d, 0.99), "direct_p99_us")
 		b.ReportMetric(q(g, 0.99), "gateway_p99_us")
 		b.ReportMetric(q(g, 0.99)-q(d, 0.99), "added_p99_us")
+		b.ReportMetric(q(r, 0.5), "relay_p50_us")
+		b.ReportMetric(q(r, 0.99), "relay_p99_us")
+		b.ReportMetric(q(g, 0.5)-q(r, 0.5), "over_relay_p50_us")
+		b.ReportMetric(q(g, 0.99)-q(r, 0.99), "over_relay_p99_us")
 		b.ReportMetric(0, "ns/op")
 	})
 
@@ -129,11 +160,42 @@ decision_log: {path: %s}
 			return float64(b.N) / time.Since(t0).Seconds()
 		}
 		d := run(direct, "echo")
+		r := run(relay, "echo")
 		g := run(gateway, "demo__echo")
 		b.StopTimer()
 		b.ReportMetric(d, "direct_calls/s")
+		b.ReportMetric(r, "relay_calls/s")
 		b.ReportMetric(g, "gateway_calls/s")
 		b.ReportMetric(g/d, "gateway/direct")
+		b.ReportMetric(r/d, "relay/direct")
 		b.ReportMetric(0, "ns/op")
 	})
 }
+
+// processCPU is the user+system CPU time each process has used so far
+// (children not included), from /proc/<pid>/stat.
+func processCPU(b *testing.B, pids ...int) []time.Duration {
+	out := make([]time.Duration, len(pids))
+	for i, pid := range pids {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			b.Fatal(err)
+		}
+		// Fields after the parenthesised command name: state is field 3,
+		// utime and stime fields 14 and 15, in clock ticks.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		var ticks int64
+		for _, v := range f[11:13] {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ticks += n
+		}
+		out[i] = time.Duration(ticks) * time.Second / clockTicks
+	}
+	return out
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times: 100 on Linux.
+const clockTicks = 100

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -54,7 +55,18 @@ the configuration are used, and stdio when it names none.`,
 	return cmd
 }
 
+// serveGCPercent is the garbage collector's GOGC for serve unless the
+// environment sets one: the MCP SDK allocates tens of KiB per message
+// decoded while the gateway's live heap stays a few MiB, so at the default
+// 100 a collection runs every few calls and costs about as much CPU as
+// everything else the gateway does (see RATIONALE.md, "A larger heap for
+// serve").
+const serveGCPercent = 400
+
 func runServe(ctx context.Context, f serveFlags) error {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(serveGCPercent)
+	}
 	cfg, opts, err := serveConfig(f)
 	if err != nil {
 		return err
