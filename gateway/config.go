@@ -64,6 +64,9 @@ type ServerConfig struct {
 	// CallTimeout bounds every tools/call to this server. Zero means
 	// DefaultCallTimeout.
 	CallTimeout time.Duration `yaml:"call_timeout" json:"call_timeout"`
+	// Restart says whether a stdio server whose process exits is started
+	// again, and with which backoff (see RestartConfig).
+	Restart RestartConfig `yaml:"restart" json:"restart"`
 	// Tools holds the allow and block lists handed to the policy as data.
 	Tools ToolFilter `yaml:"tools" json:"tools"`
 	// Sandbox is the server's confinement profile: mode (require or

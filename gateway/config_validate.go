@@ -216,6 +216,7 @@ func (c *Config) validate() []*ConfigError {
 		if s.CallTimeout < 0 {
 			bad(key+".call_timeout", fmt.Sprintf("negative (%s)", s.CallTimeout), fmt.Sprintf(`use a duration such as "30s", or 0 for the default (%s)`, DefaultCallTimeout))
 		}
+		s.Restart.problems(key+".restart", s.URL != "", bad)
 	}
 
 	if c.Naming != "" && c.Naming != NamingPrefix && c.Naming != NamingFirst {

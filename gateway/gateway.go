@@ -73,6 +73,8 @@ type Gateway struct {
 
 	pool *sandbox.Pool // sandbox inits started ahead for stdio servers; nil: none
 
+	supervisor supervisor // restarts exited stdio servers (restart.go); Close stops it
+
 	facesMu sync.Mutex
 	faces   []*mcp.Server // the downstream MCP servers, told about list changes
 }
@@ -385,6 +387,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 	if len(running) == 0 && len(status) > 0 {
 		return fmt.Errorf("gateway: no server could be started: %w", errors.Join(errs...))
 	}
+	g.supervise(running)
 	return nil
 }
 
@@ -544,6 +547,7 @@ func (g *Gateway) Close() error {
 		return nil
 	}
 	g.closed = true
+	g.supervisor.stop()
 	g.backgroundMu.Lock()
 	g.backgroundClosed = true
 	g.backgroundMu.Unlock()

@@ -19,6 +19,8 @@ type metrics struct {
 	latency   *prometheus.HistogramVec
 	// tlsHandshakeFailures counts failed TLS handshakes by listener.
 	tlsHandshakeFailures *prometheus.CounterVec
+	// restarts counts upstream restarts by server (restart.go).
+	restarts *prometheus.CounterVec
 }
 
 // decisionBuckets span a cached policy lookup (~10 µs) to a slow policy
@@ -41,8 +43,9 @@ func newMetrics(g *Gateway) *metrics {
 			Name: "mcp_warden_tls_handshake_failures_total",
 			Help: "TLS handshakes that failed on an HTTP listener (missing or untrusted client certificate, protocol errors), by listener address.",
 		}, []string{"listener"}),
+		restarts: newRestartsCounter(),
 	}
-	m.registry.MustRegister(m.decisions, m.latency, m.tlsHandshakeFailures, upstreamCollector{g}, uploadCollector{g.declog},
+	m.registry.MustRegister(m.decisions, m.latency, m.tlsHandshakeFailures, m.restarts, upstreamCollector{g}, uploadCollector{g.declog},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

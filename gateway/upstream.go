@@ -344,11 +344,18 @@ func forward[R any](ctx context.Context, u *upstream, send func(context.Context,
 	l := u.linkFor(m.modern)
 	ctx, cancel := context.WithTimeout(ctx, u.callTimeout())
 	defer cancel()
+	if err := u.downError(nil); err != nil {
+		var zero R
+		return zero, err
+	}
 	u.g.inflight.add()
 	defer u.g.inflight.done()
 	id, done := u.calls.begin(m)
 	defer done()
 	res, err := send(ctx, l.session, upstreamMeta(m, l.modern(), id))
+	if err != nil {
+		err = u.downError(err)
+	}
 	// The SDK hands notifications to their handlers behind the response
 	// that followed them: let those relay before the client gets the
 	// result, as the server sent them.
