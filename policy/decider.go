@@ -23,7 +23,7 @@ import (
 type Decider struct {
 	engine Engine
 	log    *DecisionLog
-	cache  *listCache // nil when the policy's decisions may not be reused
+	cache  *listCache  // nil when the policy's decisions may not be reused
 	fields inputFields // what the engine's policy reads of an Input; nil: all
 }
 

@@ -25,7 +25,7 @@ func randomInputValue(r *rand.Rand) policy.Input {
 		Action:    policy.Action(pick("tools/call", "tools/list", "resources/read", "resources/list", "prompts/get", "prompts/list", "", "sampling/x")),
 		Principal: policy.Principal{ID: pick("alice", "bob", ""), AuthMethod: pick("jwt", "none"), Transport: pick("stdio", "api")},
 		Server: policy.Server{
-			Name: pick("files", "exact", "open", "walled", "closed", "blockless", "misblocked", "objblocked", "stringy", "badglob", "demo", "unknown", ""),
+			Name:    pick("files", "exact", "open", "walled", "closed", "blockless", "misblocked", "objblocked", "stringy", "badglob", "demo", "unknown", ""),
 			Command: pick("/bin/true", ""), Args: []string{"-v"},
 			Confinement: policy.Confinement{ProcessGroup: r.IntN(2) == 0, Level: pick("strong", "weak", ""), Landlock: r.IntN(4), Missing: []string{"seccomp: no"}},
 		},
