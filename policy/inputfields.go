@@ -19,8 +19,9 @@ import (
 // Input.
 type inputFields map[string]inputFields
 
-// newInputFields is the tree of paths; whole (or no path at all, a policy
-// that ignores its input) gives the whole input, nil.
+// newInputFields is the tree of paths; whole gives the whole input, nil.
+// No path at all (a policy that never reads its input) gives the empty
+// tree: the engine is given {}.
 func newInputFields(paths [][]string, whole bool) inputFields {
 	if whole {
 		return nil
