@@ -52,7 +52,8 @@ conformance-opa:
 # Every benchmark target; each measures against its own baseline in the same run.
 bench: bench-engines bench-list bench-log bench-spawn bench-proxy
 
-# One tools/call decision of the default policy through (a) our Wasm host,
+# One tools/call decision of the default policy (from the whole input's JSON
+# bytes, and from the Input as the Decider encodes it) through (a) our Wasm host,
 # (b) OPA's rego.Target("wasm"), (c) OPA's topdown prepared query, in one
 # run: medians and ratios.
 bench-engines:

@@ -89,48 +89,34 @@ var benchInput = []byte(`{"action":"tools/call","principal":{"id":"alice","claim
 	`"arguments":{"path":"notes/today.md","max_bytes":4096},"request_id":"1","time":"2026-01-01T00:00:00Z"}`)
 
 // BenchmarkToolsCallDecision is one tools/call decision of the default
-// policy from the JSON input bytes to the decision value, through
-// (ours) mcp-warden's Wasm host, (opa_wasm) OPA's rego.Target("wasm"), and
-// (opa_topdown) OPA's topdown prepared query as rego.Prepare sets it up
-// (input decoded straight to AST). `make bench` prints the medians and
+// policy from the JSON bytes of the whole input to the decision value,
+// through (ours) mcp-warden's Wasm host, (opa_wasm) OPA's
+// rego.Target("wasm"), and (opa_topdown) OPA's topdown prepared query as
+// rego.Prepare sets it up (input decoded straight to AST). All three parse
+// the same whole document: this measures the engines alone, without the
+// input reduction the Decider does (see
+// BenchmarkToolsCallDecisionFromInput). `make bench` prints the medians and
 // the ratios ours/opa_wasm and ours/opa_topdown.
 func BenchmarkToolsCallDecision(b *testing.B) {
 	ctx := context.Background()
-	allowed := func(b *testing.B, v any) {
-		if m, ok := v.(map[string]any); !ok || m["allow"] != true {
-			b.Fatalf("decision = %v, want allowed", v)
-		}
-	}
 	b.Run("ours", func(b *testing.B) {
 		e := newWasmEngine(b, rego.Default(), benchData, policy.WasmOptions{Instances: 1})
 		b.ReportAllocs()
 		for b.Loop() {
 			v, err := e.Evaluate(ctx, benchInput)
 			require.NoError(b, err)
-			allowed(b, v)
+			requireAllowed(b, v)
 		}
 	})
 	b.Run("opa_wasm", func(b *testing.B) {
-		var opts []func(*oparego.Rego)
-		for _, path := range []string{"../rego/library/decision.rego", "../rego/library/exposure.rego"} {
-			src, err := os.ReadFile(path)
-			require.NoError(b, err)
-			opts = append(opts, oparego.Module(path, string(src)))
-		}
-		opts = append(opts,
-			oparego.Query(policy.Entrypoint),
-			oparego.Target("wasm"),
-			oparego.SetRegoVersion(ast.RegoV1),
-			oparego.Store(inmem.NewFromObject(benchData)))
-		pq, err := oparego.New(opts...).PrepareForEval(ctx)
-		require.NoError(b, err)
+		pq := prepareOPAWasm(b)
 		b.ReportAllocs()
 		for b.Loop() {
 			var input any
 			require.NoError(b, util.UnmarshalJSON(benchInput, &input))
 			rs, err := pq.Eval(ctx, oparego.EvalInput(input))
 			require.NoError(b, err)
-			allowed(b, rs[0].Expressions[0].Value)
+			requireAllowed(b, rs[0].Expressions[0].Value)
 		}
 	})
 	b.Run("opa_topdown", func(b *testing.B) {
@@ -140,9 +126,95 @@ func BenchmarkToolsCallDecision(b *testing.B) {
 		for b.Loop() {
 			v, err := e.Evaluate(ctx, benchInput)
 			require.NoError(b, err)
-			allowed(b, v)
+			requireAllowed(b, v)
 		}
 	})
+}
+
+// BenchmarkToolsCallDecisionFromInput is the same decision on the same
+// input (benchInput decoded into a policy.Input), from the Input to the
+// decision value, as the gateway makes it: (ours) the Input reduced to
+// what the policy reads (as the Decider encodes it) and evaluated on
+// mcp-warden's Wasm host; (opa_wasm) and (opa_topdown) the whole Input
+// encoded to JSON and evaluated by OPA's rego.Target("wasm") and topdown
+// prepared query, which read the whole document. (rego_pruned) is
+// mcp-warden's rego engine given the reduced Input, as the Decider runs it
+// with engine: rego, for reference.
+func BenchmarkToolsCallDecisionFromInput(b *testing.B) {
+	ctx := context.Background()
+	var in policy.Input
+	require.NoError(b, json.Unmarshal(benchInput, &in))
+	b.Run("ours", func(b *testing.B) {
+		e := newWasmEngine(b, rego.Default(), benchData, policy.WasmOptions{Instances: 1})
+		b.ReportAllocs()
+		for b.Loop() {
+			doc, err := policy.EncodeInputFor(e, in)
+			require.NoError(b, err)
+			v, err := e.Evaluate(ctx, doc)
+			require.NoError(b, err)
+			requireAllowed(b, v)
+		}
+	})
+	b.Run("opa_wasm", func(b *testing.B) {
+		pq := prepareOPAWasm(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			doc, err := json.Marshal(in)
+			require.NoError(b, err)
+			var input any
+			require.NoError(b, util.UnmarshalJSON(doc, &input))
+			rs, err := pq.Eval(ctx, oparego.EvalInput(input))
+			require.NoError(b, err)
+			requireAllowed(b, rs[0].Expressions[0].Value)
+		}
+	})
+	regoEngine, err := policy.NewRegoEngine(ctx, rego.Default(), benchData)
+	require.NoError(b, err)
+	b.Run("opa_topdown", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			doc, err := json.Marshal(in)
+			require.NoError(b, err)
+			v, err := regoEngine.Evaluate(ctx, doc)
+			require.NoError(b, err)
+			requireAllowed(b, v)
+		}
+	})
+	b.Run("rego_pruned", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			doc, err := policy.EncodeInputFor(regoEngine, in)
+			require.NoError(b, err)
+			v, err := regoEngine.Evaluate(ctx, doc)
+			require.NoError(b, err)
+			requireAllowed(b, v)
+		}
+	})
+}
+
+func requireAllowed(b *testing.B, v any) {
+	if m, ok := v.(map[string]any); !ok || m["allow"] != true {
+		b.Fatalf("decision = %v, want allowed", v)
+	}
+}
+
+// prepareOPAWasm is the default policy prepared for OPA's
+// rego.Target("wasm") with benchData, from the library's source files.
+func prepareOPAWasm(b *testing.B) oparego.PreparedEvalQuery {
+	var opts []func(*oparego.Rego)
+	for _, path := range []string{"../rego/library/decision.rego", "../rego/library/exposure.rego"} {
+		src, err := os.ReadFile(path)
+		require.NoError(b, err)
+		opts = append(opts, oparego.Module(path, string(src)))
+	}
+	opts = append(opts,
+		oparego.Query(policy.Entrypoint),
+		oparego.Target("wasm"),
+		oparego.SetRegoVersion(ast.RegoV1),
+		oparego.Store(inmem.NewFromObject(benchData)))
+	pq, err := oparego.New(opts...).PrepareForEval(context.Background())
+	require.NoError(b, err)
+	return pq
 }
 
 // BenchmarkToolsListExposure is one tools/list of 1,000 tools for one

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -24,7 +23,8 @@ import (
 type Decider struct {
 	engine Engine
 	log    *DecisionLog
-	cache  *listCache // nil when the policy's decisions may not be reused
+	cache  *listCache  // nil when the policy's decisions may not be reused
+	fields inputFields // what the engine's policy reads of an Input; nil: all
 }
 
 // NewDecider returns a Decider that evaluates with engine and logs to log.
@@ -33,6 +33,7 @@ func NewDecider(engine Engine, log *DecisionLog) *Decider {
 	if e, ok := engine.(cacheableEngine); ok && e.cacheable() {
 		d.cache = newListCache()
 	}
+	d.fields = d.fieldsOf()
 	return d
 }
 
@@ -42,6 +43,15 @@ func (d *Decider) CachesExposure() bool { return d.cache != nil }
 
 // Revision identifies the policy and data decisions are made with.
 func (d *Decider) Revision() string { return d.engine.Revision() }
+
+// fieldsOf is what the engine's policy reads of an Input, nil for all of
+// it (an engine of another package).
+func (d *Decider) fieldsOf() inputFields {
+	if e, ok := d.engine.(prunedInputEngine); ok {
+		return e.inputFields()
+	}
+	return nil
+}
 
 // Decide decides one request and logs it. It never fails: an evaluation
 // error, an undefined or malformed result, or a log that cannot be written
@@ -137,7 +147,7 @@ func deniedForLog(inputs []Input, err error) []Decision {
 // evaluate runs the engine and converts its result. The error is returned
 // only for the log; the Decision already reflects it.
 func (d *Decider) evaluate(ctx context.Context, in Input) (Decision, error) {
-	b, err := json.Marshal(in)
+	b, err := d.fields.encode(&in)
 	if err != nil {
 		err = fmt.Errorf("encode input: %w", err)
 		return denyForError(in.Action, err), err

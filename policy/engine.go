@@ -32,16 +32,20 @@ func NewRegoEngine(ctx context.Context, p *rego.Policy, data map[string]any) (En
 	if err != nil {
 		return nil, fmt.Errorf("prepare policy: %w", err)
 	}
-	return &regoEngine{query: q, revision: p.Revision(), reusable: !p.Volatile(VolatileInputFields...)}, nil
+	return &regoEngine{query: q, revision: p.Revision(), reusable: !p.Volatile(VolatileInputFields...),
+		fields: newInputFields(p.InputPaths())}, nil
 }
 
 type regoEngine struct {
 	query    *rego.Query
 	revision string
 	reusable bool // decisions depend on the input's non-volatile fields and data only
+	fields   inputFields
 }
 
 func (e *regoEngine) cacheable() bool { return e.reusable }
+
+func (e *regoEngine) inputFields() inputFields { return e.fields }
 
 func (e *regoEngine) Evaluate(ctx context.Context, input []byte) (any, error) {
 	v, defined, err := e.query.Eval(ctx, input)

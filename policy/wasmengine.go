@@ -85,7 +85,8 @@ func NewWasmEngine(ctx context.Context, wp *rego.WasmPolicy, data map[string]any
 		_ = module.Close(ctx)
 		return nil, fmt.Errorf("wasm engine: %w", err)
 	}
-	return &wasmEngine{module: module, pool: pool, revision: wp.Revision, reusable: !wp.Volatile(VolatileInputFields...)}, nil
+	return &wasmEngine{module: module, pool: pool, revision: wp.Revision, reusable: !wp.Volatile(VolatileInputFields...),
+		fields: newInputFields(wp.InputPaths())}, nil
 }
 
 // CompileWasm compiles p's decision entry point to WebAssembly for
@@ -100,9 +101,12 @@ type wasmEngine struct {
 	pool     *wasm.Pool
 	revision string
 	reusable bool // as regoEngine.reusable; false for a prebuilt module
+	fields   inputFields
 }
 
 func (e *wasmEngine) cacheable() bool { return e.reusable }
+
+func (e *wasmEngine) inputFields() inputFields { return e.fields }
 
 func (e *wasmEngine) Evaluate(ctx context.Context, input []byte) (any, error) {
 	out, err := e.pool.Eval(ctx, input)

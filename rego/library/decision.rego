@@ -14,39 +14,38 @@ default decision := {
 	"reason": "denied by default: only tools, resources and prompts exposed by data.warden.servers are allowed",
 }
 
-# A tools/call (resources/read, prompts/get) of a tool (resource, prompt)
-# the principal may not see. The gateway answers as for an unknown one, so
-# the reason must not say more than that.
-decision := {"allow": false, "hidden": true, "reason": sprintf("unknown %s", [kind[input.action]])} if {
-	input.action in use_actions
-	not exposed
-}
-
-decision := {"allow": false, "reason": reason} if {
-	input.action in list_actions
-	not exposed
-	reason := sprintf("%s %q of server %q is not exposed by data.warden.servers", [kind[input.action], item_name, input.server.name])
-}
-
-decision := {"allow": false, "reason": concat("; ", sort(denials))} if {
-	input.action in actions
-	exposed
-	count(denials) > 0
-}
-
+# The cases below exclude one another (an item is exposed or not, denied or
+# not; an action lists or uses), so they are written as one `else` chain:
+# an evaluation stops at the first case that holds, the common one (an
+# exposed item nobody denies) first, instead of evaluating every case to
+# check that no two disagree.
 decision := {"allow": true, "reason": "tool exposed by data.warden.servers and not denied"} if {
-	input.action in actions
+	kind[input.action]
 	exposed
 	count(denials) == 0
 	not malformed_deny
+} else := {"allow": false, "reason": concat("; ", sort(denials))} if {
+	kind[input.action]
+	exposed
+	count(denials) > 0
+} else := {"allow": false, "hidden": true, "reason": sprintf("unknown %s", [kind[input.action]])} if {
+	# A tools/call (resources/read, prompts/get) of a tool (resource,
+	# prompt) the principal may not see. The gateway answers as for an
+	# unknown one, so the reason must not say more than that.
+	input.action in use_actions
+	not exposed
+} else := {"allow": false, "reason": reason} if {
+	input.action in list_actions
+	not exposed
+	reason := sprintf("%s %q of server %q is not exposed by data.warden.servers", [kind[input.action], item_name, input.server.name])
 }
 
 list_actions := {"tools/list", "resources/list", "prompts/list"}
 
 use_actions := {"tools/call", "resources/read", "prompts/get"}
 
-actions := list_actions | use_actions
-
+# kind names what each action is about; kind[input.action] is defined for
+# these six actions only, so it also tells a known action from any other.
 kind := {
 	"tools/list": "tool", "tools/call": "tool",
 	"resources/list": "resource", "resources/read": "resource",

@@ -16,7 +16,7 @@ exposed if {
 	filter := item_filter
 	some pattern in filter.allow
 	glob_matches(pattern, item_name)
-	not blocked(filter)
+	not blocked
 }
 
 # glob_matches(pattern, name) is glob.match(pattern, null, name): true,
@@ -56,29 +56,33 @@ literal_match(true, literal, name) := literal == name
 
 literal_match(false, prefix, name) := startswith(name, prefix)
 
+# item_filter and item_name have one case per kind of item; the cases
+# exclude one another, and `else` stops at the one that holds.
 item_filter := data.warden.servers[input.server.name] if startswith(input.action, "tools/")
 
-item_filter := data.warden.servers[input.server.name].resources if startswith(input.action, "resources/")
+else := data.warden.servers[input.server.name].resources if startswith(input.action, "resources/")
 
-item_filter := data.warden.servers[input.server.name].prompts if startswith(input.action, "prompts/")
+else := data.warden.servers[input.server.name].prompts if startswith(input.action, "prompts/")
 
 item_name := input.tool.upstream_name if startswith(input.action, "tools/")
 
-item_name := input.resource.uri if startswith(input.action, "resources/")
+else := input.resource.uri if startswith(input.action, "resources/")
 
-item_name := input.prompt.upstream_name if startswith(input.action, "prompts/")
+else := input.prompt.upstream_name if startswith(input.action, "prompts/")
 
 # A block list that is not an array, or a block pattern glob.match cannot
 # evaluate (not a string, malformed), blocks every tool: fail closed.
-blocked(filter) if not block_list(filter)
+# blocked and block_list are rules of the item's filter, not functions of
+# it, so that each is evaluated once per decision.
+blocked if not block_list
 
-blocked(filter) if {
-	some pattern in block_list(filter)
+blocked if {
+	some pattern in block_list
 	not spares(pattern)
 }
 
-block_list(filter) := list if {
-	list := object.get(filter, "block", [])
+block_list := list if {
+	list := object.get(item_filter, "block", [])
 	is_array(list)
 }
 
