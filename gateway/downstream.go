@@ -121,8 +121,14 @@ func (g *Gateway) newMCPServer(base policy.Principal, transport string, alive co
 				defer cancel()
 				defer context.AfterFunc(alive, cancel)()
 			}
-			if _, ok := req.(*mcp.SubscriptionsListenRequest); ok {
+			ss, _ := req.GetSession().(*mcp.ServerSession)
+			switch method {
+			case "initialize":
+				g.listChanges.record(ss, who(req), g.liveSessions)
+			case "subscriptions/listen":
 				ctx = context.WithValue(ctx, listenerKey{}, who(req))
+				g.listChanges.record(ss, who(req), g.liveSessions)
+				defer g.listChanges.forget(ss)
 			}
 			res, err := g.answer(ctx, method, req, who)
 			if err == errNotIntercepted {
@@ -131,6 +137,7 @@ func (g *Gateway) newMCPServer(base policy.Principal, transport string, alive co
 			return res, err
 		}
 	})
+	s.AddSendingMiddleware(g.listChanges.filter)
 	g.addDownstreamServer(s)
 	if cat, err := g.currentCatalog(); err == nil {
 		registerTools(s, nil, cat)

@@ -77,6 +77,8 @@ type Gateway struct {
 
 	facesMu sync.Mutex
 	faces   []*mcp.Server // the downstream MCP servers, told about list changes
+
+	listChanges listChangeRouting // which downstream session is owed which list_changed
 }
 
 // ServerStatus reports how an upstream server's start went.
@@ -405,10 +407,10 @@ func (g *Gateway) ListTools(ctx context.Context, principal policy.Principal) ([]
 	if err != nil {
 		return nil, err
 	}
-	return exposed(ctx, g, principal, policy.ActionToolsList, cat.entries,
-		func(e *catalogEntry, in *policy.Input) { in.Server, in.Tool = e.server, e.input },
-		(*catalogEntry).exposedTool), nil
+	return exposed(ctx, g, principal, policy.ActionToolsList, cat.entries, fillTool, (*catalogEntry).exposedTool), nil
 }
+
+func fillTool(e *catalogEntry, in *policy.Input) { in.Server, in.Tool = e.server, e.input }
 
 // exposed decides, as one logged list decision (action), which of items
 // principal may see, and returns show(item) for each visible one, in order.
@@ -626,7 +628,7 @@ func stripServerInfo(res mcp.Result) {
 
 // upstreamChanged re-lists what changed on u, rebuilds the catalog (so every
 // later list is decided afresh by policy) and tells the downstream clients
-// that their lists changed.
+// whose lists changed — by policy, for their principal — that they did.
 func (g *Gateway) upstreamChanged(u *upstream, tools, resources, prompts bool) {
 	if !u.ready.Load() {
 		return
@@ -658,6 +660,7 @@ func (g *Gateway) upstreamChanged(u *upstream, tools, resources, prompts bool) {
 		g.logger.Warn("not exposed", "detail", n)
 	}
 	g.logger.Info("upstream lists changed", "server", u.cfg.Name, "tools", tools, "resources", resources, "prompts", prompts)
+	g.routeListChanged(ctx, diffCatalogs(before, cat))
 	for _, s := range g.downstreamServers() {
 		registerTools(s, before, cat)
 		notifyListChanged(s, resources, prompts)

@@ -17,10 +17,10 @@ func (g *Gateway) ListPrompts(ctx context.Context, principal policy.Principal) (
 	if err != nil {
 		return nil, err
 	}
-	return exposed(ctx, g, principal, policy.ActionPromptsList, cat.prompts,
-		func(e *promptEntry, in *policy.Input) { in.Server, in.Prompt = e.server, e.input },
-		(*promptEntry).exposedPrompt), nil
+	return exposed(ctx, g, principal, policy.ActionPromptsList, cat.prompts, fillPrompt, (*promptEntry).exposedPrompt), nil
 }
+
+func fillPrompt(e *promptEntry, in *policy.Input) { in.Server, in.Prompt = e.server, e.input }
 
 // GetPrompt gets the prompt exposed as params.Name for principal, after
 // policy allows it (action prompts/get, with the arguments; logged). A

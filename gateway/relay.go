@@ -104,6 +104,24 @@ func (r *callRegistry) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.El
 	return m.session.Elicit(m.context(ctx), p)
 }
 
+// listRoots answers the server's roots/list with the roots of the client
+// whose call it is serving, asked afresh: roots are the client's to give,
+// and only to the server working for it. With no single client call in
+// flight, or a 2026-07-28 client (which is never sent server→client
+// requests), the gateway answers for itself: it has no roots. A client
+// that declared no roots capability gets the server the error the spec
+// prescribes for such a client: method not found.
+func (r *callRegistry) listRoots(ctx context.Context, p *mcp.ListRootsParams) (*mcp.ListRootsResult, error) {
+	m, ok := r.caller()
+	if !ok || m.modern {
+		return &mcp.ListRootsResult{Roots: []*mcp.Root{}}, nil
+	}
+	if init := m.session.InitializeParams(); init == nil || init.Capabilities == nil || init.Capabilities.RootsV2 == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "the client does not support roots"}
+	}
+	return m.session.ListRoots(m.context(ctx), p)
+}
+
 // context is ctx (the upstream's request, whose cancellation must reach the
 // client) carrying the values of the downstream request's context (which
 // the SDK reads to route the message onto the right stream).

@@ -237,8 +237,8 @@ func (u *upstream) clientOptions(l *link) *mcp.ClientOptions {
 	}
 }
 
-// relayRequests hands the server's sampling and elicitation requests to the
-// client they are for, untouched: the SDK's own handling would first check
+// relayRequests hands the server's sampling, elicitation and roots requests
+// to the client they are for, untouched: the SDK's own handling would first check
 // them against its own reading of the schema rules, and the client, not the
 // gateway, is the one to judge them.
 func (u *upstream) relayRequests(next mcp.MethodHandler) mcp.MethodHandler {
@@ -248,6 +248,8 @@ func (u *upstream) relayRequests(next mcp.MethodHandler) mcp.MethodHandler {
 			return u.calls.elicit(ctx, r.Params)
 		case *mcp.CreateMessageRequest:
 			return u.calls.createMessage(ctx, r.Params)
+		case *mcp.ListRootsRequest:
+			return u.calls.listRoots(ctx, r.Params)
 		}
 		return next(ctx, method, req)
 	}
