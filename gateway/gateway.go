@@ -644,27 +644,20 @@ func (g *Gateway) upstreamChanged(u *upstream, tools, resources, prompts bool) {
 		g.mu.Unlock()
 		return
 	}
-	cat, notes := buildCatalog(g.upstreams, g.cfg.Naming)
-	before := g.catalog
-	g.catalog = cat
+	before, cat := g.rebuildCatalogLocked()
 	u.mu.RLock()
 	n := len(u.tools)
 	u.mu.RUnlock()
-	for i := range g.status {
-		if g.status[i].Name == u.cfg.Name {
-			g.status[i].Tools = n
+	for _, st := range g.status {
+		if st.Name == u.cfg.Name {
+			st.Tools = n
+			g.setStatusLocked(st)
+			break
 		}
 	}
 	g.mu.Unlock()
-	for _, n := range notes {
-		g.logger.Warn("not exposed", "detail", n)
-	}
 	g.logger.Info("upstream lists changed", "server", u.cfg.Name, "tools", tools, "resources", resources, "prompts", prompts)
-	g.routeListChanged(ctx, diffCatalogs(before, cat))
-	for _, s := range g.downstreamServers() {
-		registerTools(s, before, cat)
-		notifyListChanged(s, resources, prompts)
-	}
+	g.tellListsChanged(ctx, before, cat, resources, prompts)
 }
 
 // addDownstreamServer records a downstream MCP server, to be told about

@@ -201,6 +201,19 @@ func (g *Gateway) routeListChanged(ctx context.Context, ch listChanges) {
 	}
 }
 
+// tellListsChanged tells the downstream sessions whose principal's lists
+// changed between before and after (routeListChanged decides which; the
+// others are never told, so they learn nothing of tools they cannot see),
+// and registers the new tool set with every downstream server. Resources and
+// prompts are announced only when they may have changed.
+func (g *Gateway) tellListsChanged(ctx context.Context, before, after *catalog, resources, prompts bool) {
+	g.routeListChanged(ctx, diffCatalogs(before, after))
+	for _, s := range g.downstreamServers() {
+		registerTools(s, before, after)
+		notifyListChanged(s, resources, prompts)
+	}
+}
+
 // liveSessions are the open sessions of every downstream server.
 func (g *Gateway) liveSessions() map[*mcp.ServerSession]bool {
 	live := map[*mcp.ServerSession]bool{}

@@ -151,7 +151,7 @@ func (g *Gateway) superviseUpstream(u *upstream) {
 	for {
 		upSince := time.Now()
 		reason, exited := u.waitExit(ctx)
-		if !exited || !g.markDown(u, reason) {
+		if !exited || !g.markDown(ctx, u, reason) {
 			return
 		}
 		if time.Since(upSince) >= RestartStableAfter {
@@ -185,7 +185,7 @@ func (g *Gateway) superviseUpstream(u *upstream) {
 				reason = err
 				continue
 			}
-			if !g.markUp(nu) {
+			if !g.markUp(ctx, nu) {
 				_ = nu.close()
 				return
 			}
@@ -225,7 +225,7 @@ func (u *upstream) waitExit(ctx context.Context) (error, bool) {
 // markDown takes u out of the catalog, stops what is left of it (the
 // other link's process) and tells downstream clients their lists changed.
 // False when the gateway is closed.
-func (g *Gateway) markDown(u *upstream, reason error) bool {
+func (g *Gateway) markDown(ctx context.Context, u *upstream, reason error) bool {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -236,14 +236,14 @@ func (g *Gateway) markDown(u *upstream, reason error) bool {
 	g.setStatusLocked(ServerStatus{Name: u.cfg.Name, Err: fmt.Errorf("server exited: %w", reason)})
 	g.mu.Unlock()
 	_ = u.close()
-	g.tellListsChanged(before, cat)
+	g.tellListsChanged(ctx, before, cat, true, true)
 	return true
 }
 
 // markUp puts a restarted upstream in its configured place in the catalog
 // and tells downstream clients their lists changed. False when the gateway
 // is closed: the caller stops nu.
-func (g *Gateway) markUp(nu *upstream) bool {
+func (g *Gateway) markUp(ctx context.Context, nu *upstream) bool {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -261,7 +261,7 @@ func (g *Gateway) markUp(nu *upstream) bool {
 	nu.mu.RUnlock()
 	g.setStatusLocked(ServerStatus{Name: nu.cfg.Name, Running: true, Tools: tools})
 	g.mu.Unlock()
-	g.tellListsChanged(before, cat)
+	g.tellListsChanged(ctx, before, cat, true, true)
 	return true
 }
 
@@ -285,15 +285,6 @@ func (g *Gateway) setStatusLocked(st ServerStatus) {
 		if g.status[i].Name == st.Name {
 			g.status[i] = st
 		}
-	}
-}
-
-// tellListsChanged tells every downstream session that all its lists
-// changed: a server going or coming changes tools, resources and prompts.
-func (g *Gateway) tellListsChanged(before, after *catalog) {
-	for _, s := range g.downstreamServers() {
-		registerTools(s, before, after)
-		notifyListChanged(s, true, true)
 	}
 }
 
