@@ -49,6 +49,15 @@ func Spawn(ctx context.Context, spec Spec) (*Process, error) {
 
 // spawnChecked is Spawn of a validated profile, through pool if not nil.
 func spawnChecked(ctx context.Context, spec Spec, prof Profile, pool *Pool) (*Process, error) {
+	if spec.Dir == "" {
+		// The gateway's working directory, named: a server started from a
+		// checkout under /tmp would otherwise keep a working directory
+		// whose path its private /tmp hides (a child it spawns there fails
+		// with ENOENT); named, it is mounted back like the command.
+		if wd, err := os.Getwd(); err == nil {
+			spec.Dir = wd
+		}
+	}
 	p, err := spawn(ctx, spec, prof, namespaceAttempts(prof), pool)
 	if err != nil {
 		return nil, fmt.Errorf("spawn %q: %w", spec.Name, err)
