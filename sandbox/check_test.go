@@ -66,3 +66,22 @@ func TestDefaultProfileDevices(t *testing.T) {
 		t.Errorf("got %q, %v; want ok", out, err)
 	}
 }
+
+// A server spawned without a working directory gets the gateway's, even
+// when it lies under a directory the sandbox masks (a checkout under /tmp):
+// a child the server starts there can enter it by its path.
+func TestWorkingDirectoryUnderMaskedTmp(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	p, err := sandbox.Spawn(ctx, sandbox.Spec{Name: "cwd", Command: "sh", Args: []string{"-c", `cd "$(pwd -P)" && pwd -P`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	out, err := io.ReadAll(p.Stdout())
+	if err != nil || string(out) != dir+"\n" {
+		t.Errorf("got %q, %v; want %q", out, err, dir+"\n")
+	}
+}
