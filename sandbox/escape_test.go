@@ -418,7 +418,12 @@ echo ok >> notes.txt && echo wrote-notes`, work)
 		if _, err := io.ReadFull(a.Stdout(), buf); err != nil {
 			t.Fatal(err)
 		}
-		out := shell(t, none, `ls /tmp; for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < $f; echo; done | grep -c '^sleep 1000 $'; hostname; cat /proc/self/cgroup; echo "$HOME"`)
+		// Working directory "/": a server without one gets the gateway's,
+		// mounted back into its /tmp when the checkout lies under /tmp.
+		b := strong(t, sandbox.Spec{Name: "b", Command: "sh", Dir: "/", Profile: none, Args: []string{"-c",
+			`ls /tmp; for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < $f; echo; done | grep -c '^sleep 1000 $'; hostname; cat /proc/self/cgroup; echo "$HOME"`}})
+		out := readAll(t, b.Stdout())
+		waitDone(t, b)
 		// /tmp empty, no "sleep 1000" of a, own host name and cgroup root.
 		if !strings.HasPrefix(out, "0\nmcp-") ||
 			!strings.Contains(out, "0::/\n") || !strings.Contains(out, "mcp-") {
