@@ -206,12 +206,41 @@ func (g *Gateway) routeListChanged(ctx context.Context, ch listChanges) {
 // others are never told, so they learn nothing of tools they cannot see),
 // and registers the new tool set with every downstream server. Resources and
 // prompts are announced only when they may have changed.
-func (g *Gateway) tellListsChanged(ctx context.Context, before, after *catalog, resources, prompts bool) {
-	g.routeListChanged(ctx, diffCatalogs(before, after))
+//
+// from is the upstream that announced the change (nil for a server that
+// came or went): when its re-list shows no difference the gateway can see
+// (its state may differ per upstream session), the announcement is passed
+// on to the principals who may see at least one item of that kind of that
+// server, and to no one else.
+func (g *Gateway) tellListsChanged(ctx context.Context, before, after *catalog, from *upstream, tools, resources, prompts bool) {
+	ch := diffCatalogs(before, after)
+	if from != nil {
+		if tools && len(ch.tools) == 0 {
+			ch.tools = itemsOf(after.entries, from, func(e *catalogEntry) *upstream { return e.upstream })
+		}
+		if resources && len(ch.resources) == 0 {
+			ch.resources = itemsOf(slices.Concat(after.resources, after.templates), from, func(e *resourceEntry) *upstream { return e.upstream })
+		}
+		if prompts && len(ch.prompts) == 0 {
+			ch.prompts = itemsOf(after.prompts, from, func(e *promptEntry) *upstream { return e.upstream })
+		}
+	}
+	g.routeListChanged(ctx, ch)
 	for _, s := range g.downstreamServers() {
 		registerTools(s, before, after)
 		notifyListChanged(s, resources, prompts)
 	}
+}
+
+// itemsOf are the items of list that come from u.
+func itemsOf[E any](list []E, u *upstream, of func(E) *upstream) []E {
+	var out []E
+	for _, e := range list {
+		if of(e) == u {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // liveSessions are the open sessions of every downstream server.
