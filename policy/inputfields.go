@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+
+	"github.com/mcp-warden/mcp-warden/policy/internal/auditlog"
 )
 
 // inputFields is the part of an Input a policy can read (see
@@ -75,7 +77,7 @@ func (fs inputFields) appendValue(b []byte, v reflect.Value) ([]byte, error) {
 		for _, f := range jsonFieldsOf(v.Type()) {
 			sub, read := fs[f.name]
 			fv := v.Field(f.index)
-			if !read || (f.omitEmpty && isEmptyValue(fv)) {
+			if !read || (f.omitEmpty && auditlog.IsEmpty(fv)) {
 				continue
 			}
 			b = appendKey(b, f.name, first)
@@ -116,22 +118,7 @@ func appendKey(b []byte, name string, first bool) []byte {
 	if !first {
 		b = append(b, ',')
 	}
-	enc, _ := json.Marshal(name) // a string always encodes
-	return append(append(b, enc...), ':')
-}
-
-// isEmptyValue is what encoding/json's omitempty leaves out (a struct
-// never is).
-func isEmptyValue(v reflect.Value) bool {
-	switch v.Kind() {
-	case reflect.Map, reflect.Slice, reflect.Array, reflect.String:
-		return v.Len() == 0
-	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
-		reflect.Float32, reflect.Float64, reflect.Interface, reflect.Pointer:
-		return v.IsZero()
-	}
-	return false
+	return append(auditlog.AppendString(b, name), ':')
 }
 
 // jsonField is one struct field as encoding/json names it.

@@ -308,7 +308,7 @@ func (e *encoder) structValue(v reflect.Value, depth int) error {
 	n := 0
 	for _, f := range fields {
 		fv, ok := fieldByIndex(v, f.index)
-		if !ok || f.omitEmpty && isEmpty(fv) || f.omitZero && fv.IsZero() {
+		if !ok || f.omitEmpty && IsEmpty(fv) || f.omitZero && fv.IsZero() {
 			continue
 		}
 		if n > 0 {
@@ -482,7 +482,9 @@ func fieldByIndex(v reflect.Value, index []int) (reflect.Value, bool) {
 	return v, true
 }
 
-func isEmpty(v reflect.Value) bool {
+// IsEmpty reports whether encoding/json's omitempty leaves v out (a
+// struct never is).
+func IsEmpty(v reflect.Value) bool {
 	switch v.Kind() {
 	case reflect.Array, reflect.Map, reflect.Slice, reflect.String:
 		return v.Len() == 0
