@@ -25,6 +25,8 @@ type Decider struct {
 	log    *DecisionLog
 	cache  *listCache  // nil when the policy's decisions may not be reused
 	fields inputFields // what the engine's policy reads of an Input; nil: all
+	// eval evaluates an input reduced to fields.
+	eval func(ctx context.Context, input []byte) (any, error)
 }
 
 // NewDecider returns a Decider that evaluates with engine and logs to log.
@@ -33,7 +35,10 @@ func NewDecider(engine Engine, log *DecisionLog) *Decider {
 	if e, ok := engine.(cacheableEngine); ok && e.cacheable() {
 		d.cache = newListCache()
 	}
-	d.fields = d.fieldsOf()
+	d.fields, d.eval = nil, engine.Evaluate
+	if e, ok := engine.(prunedInputEngine); ok {
+		d.fields, d.eval = e.inputFields(), e.evaluatePruned
+	}
 	return d
 }
 
@@ -43,15 +48,6 @@ func (d *Decider) CachesExposure() bool { return d.cache != nil }
 
 // Revision identifies the policy and data decisions are made with.
 func (d *Decider) Revision() string { return d.engine.Revision() }
-
-// fieldsOf is what the engine's policy reads of an Input, nil for all of
-// it (an engine of another package).
-func (d *Decider) fieldsOf() inputFields {
-	if e, ok := d.engine.(prunedInputEngine); ok {
-		return e.inputFields()
-	}
-	return nil
-}
 
 // Decide decides one request and logs it. It never fails: an evaluation
 // error, an undefined or malformed result, or a log that cannot be written
@@ -152,7 +148,7 @@ func (d *Decider) evaluate(ctx context.Context, in Input) (Decision, error) {
 		err = fmt.Errorf("encode input: %w", err)
 		return denyForError(in.Action, err), err
 	}
-	v, err := d.engine.Evaluate(ctx, b)
+	v, err := d.eval(ctx, b)
 	if err != nil {
 		err = fmt.Errorf("evaluate %s: %w", Entrypoint, err)
 		return denyForError(in.Action, err), err

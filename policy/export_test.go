@@ -1,7 +1,7 @@
 package policy
 
 // EncodeInputFor is the input document the Decider hands engine for in:
-// in reduced to what engine's policy reads (see inputFields).
+// reduced to what the engine's policy reads, when the engine knows it.
 func EncodeInputFor(engine Engine, in Input) ([]byte, error) {
-	return (&Decider{engine: engine}).fieldsOf().encode(&in)
+	return NewDecider(engine, nil).fields.encode(&in)
 }

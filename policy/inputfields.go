@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -158,7 +159,9 @@ func jsonFieldsOf(t reflect.Type) []jsonField {
 
 // prunedInputEngine is implemented by the engines of this package, which
 // know from their policy's source what it reads of an Input. The Decider
-// hands them that part only.
+// hands them that part only, through evaluatePruned, which is Evaluate
+// of an input already reduced to inputFields.
 type prunedInputEngine interface {
 	inputFields() inputFields
+	evaluatePruned(ctx context.Context, input []byte) (any, error)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/mcp-warden/mcp-warden/rego"
@@ -108,7 +109,29 @@ func (e *wasmEngine) cacheable() bool { return e.reusable }
 
 func (e *wasmEngine) inputFields() inputFields { return e.fields }
 
+// Evaluate reduces input to what the policy reads before it is copied
+// into an instance: parsing JSON is most of what an evaluation of a small
+// policy costs inside Wasm, and the filter skips what the policy never
+// reads several times faster (see inputFields.filterJSON).
 func (e *wasmEngine) Evaluate(ctx context.Context, input []byte) (any, error) {
+	if e.fields != nil {
+		buf := filterBuffers.Get().(*[]byte)
+		defer filterBuffers.Put(buf)
+		reduced, err := e.fields.filterJSON((*buf)[:0], input)
+		if err != nil {
+			return nil, err
+		}
+		*buf = reduced[:0]
+		input = reduced
+	}
+	return e.evaluatePruned(ctx, input)
+}
+
+// filterBuffers hold reduced inputs, which live until they are copied into
+// an instance.
+var filterBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func (e *wasmEngine) evaluatePruned(ctx context.Context, input []byte) (any, error) {
 	out, err := e.pool.Eval(ctx, input)
 	if errors.Is(err, wasm.ErrUndefined) {
 		return nil, ErrUndefined

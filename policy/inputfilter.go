@@ -1,0 +1,328 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// filterJSON appends to dst the JSON document src reduced to fs: every
+// member of an object that fs leaves out is dropped, everything else is
+// copied byte for byte (duplicates, escapes and number spellings
+// included), so a parser reading the result sees what it would see of
+// those members in src. The nil inputFields copies the value whole.
+//
+// All of src is checked to be one JSON value, the parts dropped included:
+// a document the engine would refuse whole is refused reduced.
+func (fs inputFields) filterJSON(dst, src []byte) ([]byte, error) {
+	f := jsonFilter{src: src, dst: dst}
+	f.space()
+	if err := f.filter(fs); err != nil {
+		return nil, fmt.Errorf("input is not valid JSON: %w", err)
+	}
+	f.space()
+	if f.i != len(src) {
+		return nil, fmt.Errorf("input is not valid JSON: %w", f.unexpected())
+	}
+	return f.dst, nil
+}
+
+// jsonFilter scans src from i, appending what it keeps to dst.
+type jsonFilter struct {
+	src   []byte
+	i     int
+	dst   []byte
+	stack []byte // open containers of skip: '{' or '['
+}
+
+var errJSONEnd = errors.New("unexpected end of document")
+
+func (f *jsonFilter) unexpected() error {
+	if f.i >= len(f.src) {
+		return errJSONEnd
+	}
+	return fmt.Errorf("unexpected %q at offset %d", f.src[f.i], f.i)
+}
+
+func (f *jsonFilter) space() {
+	for f.i < len(f.src) {
+		switch f.src[f.i] {
+		case ' ', '\t', '\n', '\r':
+			f.i++
+		default:
+			return
+		}
+	}
+}
+
+// filter copies the value at i reduced to fs: an object member by member,
+// anything else (or anything under a member read whole) as it is.
+func (f *jsonFilter) filter(fs inputFields) error {
+	if fs == nil || f.i >= len(f.src) || f.src[f.i] != '{' {
+		start := f.i
+		if err := f.skip(); err != nil {
+			return err
+		}
+		f.dst = append(f.dst, f.src[start:f.i]...)
+		return nil
+	}
+	f.i++
+	f.dst = append(f.dst, '{')
+	first := true
+	f.space()
+	if f.i < len(f.src) && f.src[f.i] == '}' {
+		f.i++
+		f.dst = append(f.dst, '}')
+		return nil
+	}
+	for {
+		f.space()
+		keyAt := f.i
+		if err := f.key(); err != nil {
+			return err
+		}
+		key := f.src[keyAt:f.i]
+		f.space()
+		if f.i >= len(f.src) || f.src[f.i] != ':' {
+			return f.unexpected()
+		}
+		f.i++
+		f.space()
+		sub, read, err := fs.member(key)
+		if err != nil {
+			return err
+		}
+		if read {
+			if !first {
+				f.dst = append(f.dst, ',')
+			}
+			first = false
+			f.dst = append(append(f.dst, key...), ':')
+			if err := f.filter(sub); err != nil {
+				return err
+			}
+		} else if err := f.skip(); err != nil {
+			return err
+		}
+		f.space()
+		if f.i >= len(f.src) {
+			return errJSONEnd
+		}
+		switch f.src[f.i] {
+		case ',':
+			f.i++
+		case '}':
+			f.i++
+			f.dst = append(f.dst, '}')
+			return nil
+		default:
+			return f.unexpected()
+		}
+	}
+}
+
+// member looks up the member whose quoted name is key.
+func (fs inputFields) member(key []byte) (inputFields, bool, error) {
+	name := key[1 : len(key)-1]
+	for _, c := range name {
+		if c == '\\' {
+			var s string
+			if err := json.Unmarshal(key, &s); err != nil {
+				return nil, false, err
+			}
+			sub, read := fs[s]
+			return sub, read, nil
+		}
+	}
+	sub, read := fs[string(name)]
+	return sub, read, nil
+}
+
+// skip moves i past one value, checking its syntax, without recursion:
+// the containers it is in are on f.stack.
+func (f *jsonFilter) skip() error {
+	f.stack = f.stack[:0]
+	for {
+		// A value.
+		f.space()
+		if f.i >= len(f.src) {
+			return errJSONEnd
+		}
+		switch c := f.src[f.i]; {
+		case c == '{' || c == '[':
+			f.i++
+			f.space()
+			if f.i < len(f.src) && (f.src[f.i] == '}' && c == '{' || f.src[f.i] == ']' && c == '[') {
+				f.i++
+				break
+			}
+			f.stack = append(f.stack, c)
+			if c == '{' {
+				if err := f.memberName(); err != nil {
+					return err
+				}
+			}
+			continue
+		case c == '"':
+			if err := f.str(); err != nil {
+				return err
+			}
+		case c == 't':
+			if err := f.literal("true"); err != nil {
+				return err
+			}
+		case c == 'f':
+			if err := f.literal("false"); err != nil {
+				return err
+			}
+		case c == 'n':
+			if err := f.literal("null"); err != nil {
+				return err
+			}
+		default:
+			if err := f.number(); err != nil {
+				return err
+			}
+		}
+		// After a value: close containers, or go on to the next element.
+		for {
+			if len(f.stack) == 0 {
+				return nil
+			}
+			f.space()
+			if f.i >= len(f.src) {
+				return errJSONEnd
+			}
+			open := f.stack[len(f.stack)-1]
+			c := f.src[f.i]
+			if c == ',' {
+				f.i++
+				if open == '{' {
+					if err := f.memberName(); err != nil {
+						return err
+					}
+				}
+				break
+			}
+			if open == '{' && c == '}' || open == '[' && c == ']' {
+				f.i++
+				f.stack = f.stack[:len(f.stack)-1]
+				continue
+			}
+			return f.unexpected()
+		}
+	}
+}
+
+// memberName moves past `"name" :` inside an object.
+func (f *jsonFilter) memberName() error {
+	f.space()
+	if err := f.key(); err != nil {
+		return err
+	}
+	f.space()
+	if f.i >= len(f.src) || f.src[f.i] != ':' {
+		return f.unexpected()
+	}
+	f.i++
+	return nil
+}
+
+func (f *jsonFilter) key() error {
+	if f.i >= len(f.src) || f.src[f.i] != '"' {
+		return f.unexpected()
+	}
+	return f.str()
+}
+
+// str moves past the string starting at i.
+func (f *jsonFilter) str() error {
+	f.i++ // the opening quote
+	for f.i < len(f.src) {
+		c := f.src[f.i]
+		switch {
+		case c == '"':
+			f.i++
+			return nil
+		case c == '\\':
+			if f.i+1 >= len(f.src) {
+				return errJSONEnd
+			}
+			switch f.src[f.i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				f.i += 2
+			case 'u':
+				if f.i+6 > len(f.src) {
+					return errJSONEnd
+				}
+				for _, h := range f.src[f.i+2 : f.i+6] {
+					if !isHex(h) {
+						return fmt.Errorf("invalid escape at offset %d", f.i)
+					}
+				}
+				f.i += 6
+			default:
+				return fmt.Errorf("invalid escape at offset %d", f.i)
+			}
+		case c < 0x20:
+			return f.unexpected()
+		default:
+			f.i++
+		}
+	}
+	return errJSONEnd
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+func (f *jsonFilter) literal(word string) error {
+	if len(f.src)-f.i < len(word) || string(f.src[f.i:f.i+len(word)]) != word {
+		return f.unexpected()
+	}
+	f.i += len(word)
+	return nil
+}
+
+// number moves past -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
+func (f *jsonFilter) number() error {
+	start := f.i
+	if f.i < len(f.src) && f.src[f.i] == '-' {
+		f.i++
+	}
+	switch {
+	case f.i < len(f.src) && f.src[f.i] == '0':
+		f.i++
+	case f.i < len(f.src) && '1' <= f.src[f.i] && f.src[f.i] <= '9':
+		f.digits()
+	default:
+		return f.unexpected()
+	}
+	if f.i < len(f.src) && f.src[f.i] == '.' {
+		f.i++
+		if !f.digits() {
+			return f.unexpected()
+		}
+	}
+	if f.i < len(f.src) && (f.src[f.i] == 'e' || f.src[f.i] == 'E') {
+		f.i++
+		if f.i < len(f.src) && (f.src[f.i] == '+' || f.src[f.i] == '-') {
+			f.i++
+		}
+		if !f.digits() {
+			return f.unexpected()
+		}
+	}
+	if f.i == start {
+		return f.unexpected()
+	}
+	return nil
+}
+
+// digits moves past [0-9]* and reports whether there was one.
+func (f *jsonFilter) digits() bool {
+	start := f.i
+	for f.i < len(f.src) && '0' <= f.src[f.i] && f.src[f.i] <= '9' {
+		f.i++
+	}
+	return f.i > start
+}
