@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // filterJSON appends to dst the JSON document src reduced to fs: every
@@ -325,4 +327,139 @@ func (f *jsonFilter) digits() bool {
 		f.i++
 	}
 	return f.i > start
+}
+
+// decodeJSON decodes the JSON document src as encoding/json decodes it
+// into an any with UseNumber: objects as map[string]any, arrays as []any,
+// numbers as json.Number. An engine's result is small and decoded on every
+// evaluation, where the reflection of encoding/json costs as much as the
+// evaluation of a small policy.
+func decodeJSON(src []byte) (any, error) {
+	s := jsonFilter{src: src}
+	s.space()
+	v, err := s.value(0)
+	if err == nil {
+		s.space()
+		if s.i != len(src) {
+			err = s.unexpected()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("invalid JSON: %w", err)
+	}
+	return v, nil
+}
+
+// maxJSONDepth is encoding/json's nesting limit.
+const maxJSONDepth = 10000
+
+// value decodes the value at i, inside depth containers.
+func (f *jsonFilter) value(depth int) (any, error) {
+	if f.i >= len(f.src) {
+		return nil, errJSONEnd
+	}
+	if c := f.src[f.i]; (c == '{' || c == '[') && depth >= maxJSONDepth {
+		return nil, errors.New("exceeded max depth")
+	}
+	switch c := f.src[f.i]; {
+	case c == '{':
+		f.i++
+		obj := map[string]any{}
+		f.space()
+		if f.i < len(f.src) && f.src[f.i] == '}' {
+			f.i++
+			return obj, nil
+		}
+		for {
+			f.space()
+			key, err := f.stringValue()
+			if err != nil {
+				return nil, err
+			}
+			f.space()
+			if f.i >= len(f.src) || f.src[f.i] != ':' {
+				return nil, f.unexpected()
+			}
+			f.i++
+			f.space()
+			v, err := f.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			obj[key] = v
+			f.space()
+			if f.i >= len(f.src) {
+				return nil, errJSONEnd
+			}
+			switch f.src[f.i] {
+			case ',':
+				f.i++
+			case '}':
+				f.i++
+				return obj, nil
+			default:
+				return nil, f.unexpected()
+			}
+		}
+	case c == '[':
+		f.i++
+		arr := []any{}
+		f.space()
+		if f.i < len(f.src) && f.src[f.i] == ']' {
+			f.i++
+			return arr, nil
+		}
+		for {
+			f.space()
+			v, err := f.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, v)
+			f.space()
+			if f.i >= len(f.src) {
+				return nil, errJSONEnd
+			}
+			switch f.src[f.i] {
+			case ',':
+				f.i++
+			case ']':
+				f.i++
+				return arr, nil
+			default:
+				return nil, f.unexpected()
+			}
+		}
+	case c == '"':
+		return f.stringValue()
+	case c == 't':
+		return true, f.literal("true")
+	case c == 'f':
+		return false, f.literal("false")
+	case c == 'n':
+		return nil, f.literal("null")
+	default:
+		start := f.i
+		if err := f.number(); err != nil {
+			return nil, err
+		}
+		return json.Number(f.src[start:f.i]), nil
+	}
+}
+
+// stringValue decodes the string at i. One with escapes or bytes that are
+// not UTF-8 is left to encoding/json, which unescapes and replaces them.
+func (f *jsonFilter) stringValue() (string, error) {
+	start := f.i
+	if err := f.key(); err != nil {
+		return "", err
+	}
+	if raw := f.src[start+1 : f.i-1]; bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		return string(raw), nil
+	}
+	var s string
+	if err := json.Unmarshal(f.src[start:f.i], &s); err != nil {
+		return "", err
+	}
+	return s, nil
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -98,4 +99,31 @@ func reduceDecoded(fs inputFields, v any) any {
 		}
 	}
 	return out
+}
+
+// FuzzDecodeJSON checks decodeJSON against encoding/json's Decoder with
+// UseNumber: the same value, or both an error.
+func FuzzDecodeJSON(f *testing.F) {
+	for _, seed := range []string{
+		`{"allow":true,"reason":"x","extra":{"n":[1,-2.5e3,0],"s":"\u00e9\n","z":null,"b":false}}`,
+		`[]`, `{}`, `"caf\xc3\xa9"`, "\"\xff\"", `{"a":1,"a":2}`, `1 2`, `{"a":}`, `-0`, ` [ 1 , {"":""} ] `,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		got, err := decodeJSON(src)
+		dec := json.NewDecoder(bytes.NewReader(src))
+		dec.UseNumber()
+		var want any
+		wantErr := dec.Decode(&want)
+		if wantErr == nil && dec.More() || wantErr == nil && !json.Valid(src) {
+			wantErr = errors.New("trailing data")
+		}
+		if wantErr != nil {
+			require.Error(t, err, "%q", src)
+			return
+		}
+		require.NoError(t, err, "%q", src)
+		assert.Equal(t, want, got, "%q", src)
+	})
 }

@@ -1,9 +1,7 @@
 package policy
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -140,10 +138,8 @@ func (e *wasmEngine) evaluatePruned(ctx context.Context, input []byte) (any, err
 		return nil, err
 	}
 	// Numbers as json.Number, as the rego engine returns them.
-	dec := json.NewDecoder(bytes.NewReader(out))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, err := decodeJSON(out)
+	if err != nil {
 		return nil, fmt.Errorf("decode result: %w", err)
 	}
 	return v, nil
