@@ -63,7 +63,7 @@ func randomInput(r *rand.Rand) []byte {
 		},
 		"tool": map[string]any{
 			"name":          "x__y",
-			"upstream_name": pick("read_file", "read_secrets", "list_dir", "write_file", "echo", "add", "read_note", "delete_note", "get_x", "put_y.z", "a.b", "", "*", 3),
+			"upstream_name": pick("read_file", "read_secrets", "list_dir", "write_file", "echo", "add", "read_note", "delete_note", "get_x", "put_y.z", "a.b", "", "*", 3, "<x&y>", `q"uote\\`, "é\u2028", []any{"x"}),
 			"sha256":        strings.Repeat("0", 64),
 		},
 		"request_id": fmt.Sprint(r.IntN(1000)),

@@ -28,7 +28,7 @@ decision := {"allow": true, "reason": "tool exposed by data.warden.servers and n
 	kind[input.action]
 	exposed
 	count(denials) > 0
-} else := {"allow": false, "hidden": true, "reason": sprintf("unknown %s", [kind[input.action]])} if {
+} else := {"allow": false, "hidden": true, "reason": concat(" ", ["unknown", kind[input.action]])} if {
 	# A tools/call (resources/read, prompts/get) of a tool (resource,
 	# prompt) the principal may not see. The gateway answers as for an
 	# unknown one, so the reason must not say more than that.
@@ -37,8 +37,14 @@ decision := {"allow": true, "reason": "tool exposed by data.warden.servers and n
 } else := {"allow": false, "reason": reason} if {
 	input.action in list_actions
 	not exposed
-	reason := sprintf("%s %q of server %q is not exposed by data.warden.servers", [kind[input.action], item_name, input.server.name])
+	reason := concat("", [kind[input.action], ` "`, item_name, `" of server "`, input.server.name, `" is not exposed by data.warden.servers`])
 }
+
+# The reasons are built with concat, not sprintf: OPA's Wasm runtime has
+# concat built in, while sprintf is a call out of Wasm into the host, which
+# a cold tools/list would make for every hidden tool. (json.marshal, also
+# built in, would quote the names, but Wasm and topdown escape differently.)
+# The names are quoted as they are; the log has them exactly in the input.
 
 list_actions := {"tools/list", "resources/list", "prompts/list"}
 
