@@ -170,8 +170,9 @@ func prepareOPAWasm(b *testing.B) oparego.PreparedEvalQuery {
 // principal through Decider.DecideExposure, logged to a file under the
 // default fsync policy, for each engine: cold (a new Decider, so an empty
 // cache: every tool evaluated) and warm (the same list again, later and
-// with new request ids: every tool from the cache). `make bench-list` runs
-// it.
+// with new request ids: every tool from the cache). Each engine is set up
+// as the gateway sets it up, so a cold list is evaluated by one worker per
+// CPU. `make bench-list` runs it.
 func BenchmarkToolsListExposure(b *testing.B) {
 	ctx := context.Background()
 	data := map[string]any{"warden": map[string]any{"servers": map[string]any{
@@ -206,7 +207,8 @@ func BenchmarkToolsListExposure(b *testing.B) {
 	}
 	engines := map[string]func(b *testing.B) policy.Engine{
 		"ours": func(b *testing.B) policy.Engine {
-			return newWasmEngine(b, rego.Default(), data, policy.WasmOptions{Instances: 1})
+			// As the gateway makes it: one instance per CPU.
+			return newWasmEngine(b, rego.Default(), data, policy.WasmOptions{})
 		},
 		"opa_topdown": func(b *testing.B) policy.Engine {
 			e, err := policy.NewRegoEngine(ctx, rego.Default(), data)

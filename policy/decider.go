@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcp-warden/mcp-warden/policy/internal/auditlog"
@@ -27,6 +30,8 @@ type Decider struct {
 	fields inputFields // what the engine's policy reads of an Input; nil: all
 	// eval evaluates an input reduced to fields.
 	eval func(ctx context.Context, input []byte) (any, error)
+	// concurrency is how many evaluations the engine runs at once.
+	concurrency int
 }
 
 // NewDecider returns a Decider that evaluates with engine and logs to log.
@@ -35,9 +40,9 @@ func NewDecider(engine Engine, log *DecisionLog) *Decider {
 	if e, ok := engine.(cacheableEngine); ok && e.cacheable() {
 		d.cache = newListCache()
 	}
-	d.fields, d.eval = nil, engine.Evaluate
+	d.fields, d.eval, d.concurrency = nil, engine.Evaluate, 1
 	if e, ok := engine.(prunedInputEngine); ok {
-		d.fields, d.eval = e.inputFields(), e.evaluatePruned
+		d.fields, d.eval, d.concurrency = e.inputFields(), e.evaluatePruned, e.concurrency()
 	}
 	return d
 }
@@ -105,13 +110,7 @@ func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision
 		keys = d.cache.keys(inputs)
 		hits = d.cache.lookup(keys, decisions, hit)
 	}
-	failed := false
-	for i, in := range inputs {
-		if !hit[i] {
-			decisions[i], errs[i] = d.evaluate(ctx, in)
-			failed = failed || errs[i] != nil
-		}
-	}
+	failed := d.evaluateMisses(ctx, inputs, decisions, errs, hit)
 	if d.cache != nil && hits < len(inputs) {
 		d.cache.store(keys, decisions, errs, hit)
 	}
@@ -128,6 +127,56 @@ func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision
 		d.cache.remember(keys, decisions, ev.DecisionID, at)
 	}
 	return decisions
+}
+
+// listChunk is how many items of a list one worker evaluates at a time,
+// and the least a worker is started for.
+const listChunk = 32
+
+// evaluateMisses evaluates each input not hit into decisions and errs,
+// and reports whether any evaluation failed. A long list is shared
+// among as many workers as the engine evaluates at once (and there are
+// CPUs): a cold list of a large server is that many times quicker.
+func (d *Decider) evaluateMisses(ctx context.Context, inputs []Input, decisions []Decision, errs []error, hit []bool) bool {
+	misses := 0
+	for _, h := range hit {
+		if !h {
+			misses++
+		}
+	}
+	workers := min(d.concurrency, runtime.GOMAXPROCS(0), misses/listChunk)
+	var next atomic.Int64 // the first item of the next chunk
+	work := func() (failed bool) {
+		for {
+			start := int(next.Add(listChunk)) - listChunk
+			if start >= len(inputs) {
+				return failed
+			}
+			for i := start; i < min(start+listChunk, len(inputs)); i++ {
+				if !hit[i] {
+					decisions[i], errs[i] = d.evaluate(ctx, inputs[i])
+					failed = failed || errs[i] != nil
+				}
+			}
+		}
+	}
+	if workers <= 1 {
+		return work()
+	}
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for range workers - 1 {
+		wg.Go(func() {
+			if work() {
+				failed.Store(true)
+			}
+		})
+	}
+	if work() {
+		failed.Store(true)
+	}
+	wg.Wait()
+	return failed.Load()
 }
 
 // deniedForLog is every item of a list denied because its event could not

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/mcp-warden/mcp-warden/rego"
 )
@@ -61,5 +62,8 @@ func (e *regoEngine) Evaluate(ctx context.Context, input []byte) (any, error) {
 func (e *regoEngine) evaluatePruned(ctx context.Context, input []byte) (any, error) {
 	return e.Evaluate(ctx, input)
 }
+
+// concurrency: a prepared query evaluates on any number of goroutines.
+func (e *regoEngine) concurrency() int { return runtime.GOMAXPROCS(0) }
 
 func (e *regoEngine) Revision() string { return e.revision }

@@ -164,4 +164,6 @@ func jsonFieldsOf(t reflect.Type) []jsonField {
 type prunedInputEngine interface {
 	inputFields() inputFields
 	evaluatePruned(ctx context.Context, input []byte) (any, error)
+	// concurrency is how many evaluations it runs at once.
+	concurrency() int
 }

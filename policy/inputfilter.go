@@ -447,16 +447,52 @@ func (f *jsonFilter) value(depth int) (any, error) {
 	}
 }
 
-// stringValue decodes the string at i. One with escapes or bytes that are
-// not UTF-8 is left to encoding/json, which unescapes and replaces them.
+// stringValue decodes the string at i. Escapes other than \u are
+// unescaped here (the quotes around names in reasons); a string with \u
+// escapes or bytes that are not UTF-8 is left to encoding/json, which
+// decodes surrogates and replaces what is not UTF-8 as it does.
 func (f *jsonFilter) stringValue() (string, error) {
 	start := f.i
 	if err := f.key(); err != nil {
 		return "", err
 	}
-	if raw := f.src[start+1 : f.i-1]; bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+	raw := f.src[start+1 : f.i-1]
+	if !utf8.Valid(raw) {
+		return f.unmarshalString(start)
+	}
+	esc := bytes.IndexByte(raw, '\\')
+	if esc < 0 {
 		return string(raw), nil
 	}
+	out := make([]byte, 0, len(raw))
+	for esc >= 0 {
+		out = append(out, raw[:esc]...)
+		var c byte
+		switch raw[esc+1] {
+		case '"', '\\', '/':
+			c = raw[esc+1]
+		case 'b':
+			c = '\b'
+		case 'f':
+			c = '\f'
+		case 'n':
+			c = '\n'
+		case 'r':
+			c = '\r'
+		case 't':
+			c = '\t'
+		default: // u
+			return f.unmarshalString(start)
+		}
+		out = append(out, c)
+		raw = raw[esc+2:]
+		esc = bytes.IndexByte(raw, '\\')
+	}
+	return string(append(out, raw...)), nil
+}
+
+// unmarshalString decodes, with encoding/json, the string from start to i.
+func (f *jsonFilter) unmarshalString(start int) (string, error) {
 	var s string
 	if err := json.Unmarshal(f.src[start:f.i], &s); err != nil {
 		return "", err

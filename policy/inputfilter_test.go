@@ -106,7 +106,7 @@ func reduceDecoded(fs inputFields, v any) any {
 func FuzzDecodeJSON(f *testing.F) {
 	for _, seed := range []string{
 		`{"allow":true,"reason":"x","extra":{"n":[1,-2.5e3,0],"s":"\u00e9\n","z":null,"b":false}}`,
-		`[]`, `{}`, `"caf\xc3\xa9"`, "\"\xff\"", `{"a":1,"a":2}`, `1 2`, `{"a":}`, `-0`, ` [ 1 , {"":""} ] `,
+		`{"reason":"tool \"a\" \\ \/ \b\f\n\r\t x \u0041\ud83d\ude00"}`, `[]`, `{}`, `"caf\xc3\xa9"`, "\"\xff\"", `{"a":1,"a":2}`, `1 2`, `{"a":}`, `-0`, ` [ 1 , {"":""} ] `,
 	} {
 		f.Add([]byte(seed))
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -240,4 +242,43 @@ func TestRepeatedListsReferToTheirFullEventInTheSameFile(t *testing.T) {
 	require.ErrorAs(t, err, &problem)
 	assert.Equal(t, 1, problem.Line)
 	assert.Equal(t, "dangling reference", problem.Kind)
+}
+
+// A long list is evaluated by several workers (one per instance of the
+// Wasm engine, one per CPU for topdown): every item still gets its own
+// decision, the one Decide gives it, partly cached lists included.
+func TestLongListDecidedItemByItem(t *testing.T) {
+	ctx := context.Background()
+	regoEngine, err := policy.NewRegoEngine(ctx, rego.Default(), differentialData)
+	require.NoError(t, err)
+	for name, e := range map[string]policy.Engine{
+		"rego": regoEngine,
+		"wasm": newWasmEngine(t, rego.Default(), differentialData, policy.WasmOptions{Instances: 3}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(7, 8))
+			inputs := make([]policy.Input, 500)
+			for i := range inputs {
+				inputs[i] = randomInputValue(r)
+				inputs[i].Action = policy.ActionToolsList
+				inputs[i].Principal = policy.Principal{ID: "alice"}
+			}
+			log := policy.NewDecisionLog(io.Discard, policy.DecisionLogOptions{})
+			single := policy.NewDecider(e, log)
+			list := policy.NewDecider(e, log)
+			// A few items cached first, so the workers skip hits.
+			list.DecideExposure(ctx, inputs[100:110])
+			got := list.DecideExposure(ctx, inputs)
+			allowed := 0
+			for i, in := range inputs {
+				want := single.Decide(ctx, in)
+				require.Equal(t, want, got[i], "item %d: %+v", i, in)
+				if want.Allow {
+					allowed++
+				}
+			}
+			assert.Positive(t, allowed)
+			assert.Less(t, allowed, len(inputs))
+		})
+	}
 }

@@ -107,6 +107,8 @@ func (e *wasmEngine) cacheable() bool { return e.reusable }
 
 func (e *wasmEngine) inputFields() inputFields { return e.fields }
 
+func (e *wasmEngine) concurrency() int { return e.pool.Size() }
+
 // Evaluate reduces input to what the policy reads before it is copied
 // into an instance: parsing JSON is most of what an evaluation of a small
 // policy costs inside Wasm, and the filter skips what the policy never
