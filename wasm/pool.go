@@ -135,6 +135,9 @@ func NewPool(ctx context.Context, m *Module, opts PoolOptions) (*Pool, error) {
 
 func allowBuiltin(name string) bool { return !slices.Contains(RefusedBuiltins, name) }
 
+// Size is the number of instances: how many evaluations run at once.
+func (p *Pool) Size() int { return cap(p.free) }
+
 // Eval evaluates the entry point with input, a JSON document, and returns
 // the entry point's value as JSON (sets as arrays), or ErrUndefined. Time
 // builtins see the moment Eval started. It waits for a free instance as
