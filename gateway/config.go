@@ -258,6 +258,13 @@ type ListenerTLSConfig struct {
 	// RequireClientCert fails the handshake of clients without a
 	// certificate from ClientCAFile's CAs.
 	RequireClientCert bool `yaml:"require_client_cert" json:"require_client_cert"`
+	// ClientCRLFile holds certificate revocation lists (PEM "X509 CRL"
+	// blocks, or one DER list) of ClientCAFile's CAs. With it, every
+	// client certificate and intermediate CA is checked in the handshake:
+	// one revoked, or issued by a CA without a list here, or whose list is
+	// past its next update, is refused. The file is read again when it
+	// changes.
+	ClientCRLFile string `yaml:"client_crl_file" json:"client_crl_file"`
 }
 
 // MetricsConfig says where the Prometheus /metrics endpoint is served.

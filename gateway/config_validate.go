@@ -304,6 +304,9 @@ func (t *ListenerTLSConfig) validate(key string, bad func(key, problem, fix stri
 	if t.RequireClientCert && t.ClientCAFile == "" {
 		bad(key+".require_client_cert", "is true without client_ca_file", "name the PEM file of the CAs client certificates must chain to: client_ca_file: /etc/mcp-warden/client-ca.pem")
 	}
+	if t.ClientCRLFile != "" && t.ClientCAFile == "" {
+		bad(key+".client_crl_file", "is set without client_ca_file", "name the PEM file of the CAs whose revocation lists these are: client_ca_file: /etc/mcp-warden/client-ca.pem")
+	}
 }
 
 func (a AuthConfig) validate(bad func(key, problem, fix string)) {

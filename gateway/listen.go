@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -41,13 +40,18 @@ func (g *Gateway) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", addr, err)
 		}
-		if srv.TLSConfig != nil {
-			ln = tls.NewListener(ln, srv.TLSConfig)
-		}
 		servers = append(servers, srv)
 		g.logger.Info("serving "+what, "url", scheme+"://"+ln.Addr().String()+path, "client_certificates", clientCertMode(tlsCfg))
 		go func() {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			var err error
+			if srv.TLSConfig != nil {
+				// ServeTLS offers HTTP/2 as well as HTTP/1.1 (ALPN); the
+				// certificates are in TLSConfig already.
+				err = srv.ServeTLS(ln, "", "")
+			} else {
+				err = srv.Serve(ln)
+			}
+			if !errors.Is(err, http.ErrServerClosed) {
 				done <- err
 				return
 			}

@@ -48,7 +48,7 @@ func newTestCA(t *testing.T, name string) *testCA {
 		NotAfter:              time.Now().Add(time.Hour),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	require.NoError(t, err)
@@ -284,6 +284,7 @@ func TestListenerTLSValidation(t *testing.T) {
 		"stdio":         {ListenerConfig{Stdio: true, TLS: &ListenerTLSConfig{CertFile: "c", KeyFile: "k"}}, "listeners[0].tls"},
 		"no key":        {ListenerConfig{HTTP: "127.0.0.1:8443", TLS: &ListenerTLSConfig{CertFile: "c"}}, "needs both cert_file and key_file"},
 		"require no CA": {ListenerConfig{HTTP: "127.0.0.1:8443", TLS: &ListenerTLSConfig{CertFile: "c", KeyFile: "k", RequireClientCert: true}}, "require_client_cert"},
+		"CRL no CA":     {ListenerConfig{HTTP: "127.0.0.1:8443", TLS: &ListenerTLSConfig{CertFile: "c", KeyFile: "k", ClientCRLFile: "l"}}, "client_crl_file"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := (&Config{Servers: []ServerConfig{{Name: "x", Command: "/bin/true"}}, Listeners: []ListenerConfig{tc.l}}).Validate()
@@ -313,4 +314,75 @@ func TestTLSHandshakeFailuresAreLoggedAndCounted(t *testing.T) {
 	rec := httptest.NewRecorder()
 	g.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	assert.Contains(t, rec.Body.String(), `mcp_warden_tls_handshake_failures_total{listener="test-listener"} 2`)
+}
+
+// revocationList is a CRL of ca revoking serials, valid until next.
+func (ca *testCA) revocationList(next time.Time, serials ...int64) []byte {
+	var entries []x509.RevocationListEntry
+	for _, s := range serials {
+		entries = append(entries, x509.RevocationListEntry{SerialNumber: big.NewInt(s), RevocationTime: time.Now().Add(-time.Minute)})
+	}
+	der, err := x509.CreateRevocationList(rand.Reader, &x509.RevocationList{Number: big.NewInt(time.Now().UnixNano()),
+		ThisUpdate: time.Now().Add(-time.Hour), NextUpdate: next, RevokedCertificateEntries: entries}, ca.cert, ca.key)
+	require.NoError(ca.t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der})
+}
+
+// TestMTLSRevocationListRefusesInTheHandshake: with client_crl_file, a
+// revoked certificate, one of a CA without a list, and any certificate
+// checked against an overdue list are refused in the handshake (logged);
+// the file is read again when it changes; a list no client CA signed is a
+// configuration error.
+func TestMTLSRevocationListRefusesInTheHandshake(t *testing.T) {
+	f := newMTLSFixture(t, false)
+	other := newTestCA(t, "second client CA")
+	caPEM, err := os.ReadFile(f.tls.ClientCAFile)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(f.tls.ClientCAFile, append(caPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: other.cert.Raw})...), 0o600))
+	revoked := f.ca.issue(&x509.Certificate{SerialNumber: big.NewInt(0xbad), Subject: pkix.Name{CommonName: "stolen laptop"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	unlisted := other.issue(&x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "other agent"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	crlFile := filepath.Join(t.TempDir(), "client.crl")
+	require.NoError(t, os.WriteFile(crlFile, f.ca.revocationList(time.Now().Add(time.Hour), 0xbad), 0o600))
+	f.tls.ClientCRLFile = crlFile
+
+	var oplog testenv.Buffer
+	g, log := startGateway(t, &Config{Servers: []ServerConfig{demoServer(t)}, Principal: PrincipalConfig{ID: "local"},
+		Listeners: []ListenerConfig{{HTTP: "127.0.0.1:0", TLS: &f.tls}}}, WithPolicy(rego.Demo()),
+		WithLogger(slog.New(slog.NewTextHandler(&oplog, nil))))
+	url := serveTLS(t, g, f.tls)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	_, err = callEcho(t, ctx, url, f.httpClient("", f.client))
+	require.NoError(t, err, "a certificate the list does not name")
+	_, err = callEcho(t, ctx, url, f.httpClient(""))
+	require.NoError(t, err, "no certificate, where certificates are optional")
+	refused := func(c tls.Certificate, why string) {
+		t.Helper()
+		_, err := callEcho(t, ctx, url, f.httpClient("", c))
+		require.Error(t, err)
+		require.Eventually(t, func() bool { return strings.Contains(oplog.String(), why) }, 10*time.Second, 10*time.Millisecond, why)
+	}
+	refused(revoked, `client certificate \"CN=stolen laptop\" (serial bad) is revoked`)
+	refused(unlisted, `has no revocation list of its issuer \"CN=second client CA\"`)
+	require.Len(t, log.events(t), 2, "refused in the handshake: no decision")
+
+	// The list changes: the next handshake reads it.
+	require.NoError(t, os.WriteFile(crlFile, f.ca.revocationList(time.Now().Add(time.Hour), 0xbad, 0xc0ffee), 0o600))
+	refused(f.client, `(serial c0ffee) is revoked`)
+	// An overdue list refuses every certificate it covers.
+	require.NoError(t, os.WriteFile(crlFile, f.ca.revocationList(time.Now().Add(-time.Minute)), 0o600))
+	refused(f.client, "was due for renewal")
+
+	// A list signed by no CA of client_ca_file does not load.
+	bad := f.tls
+	bad.ClientCRLFile = filepath.Join(t.TempDir(), "rogue.crl")
+	require.NoError(t, os.WriteFile(bad.ClientCRLFile, f.rogue.revocationList(time.Now().Add(time.Hour)), 0o600))
+	_, err = bad.TLSConfig()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `the list of CN=rogue CA is not signed by a CA of client_ca_file`)
+	bad.ClientCRLFile = f.tls.CertFile // a certificate, not a list
+	_, err = bad.TLSConfig()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "client_crl_file")
 }

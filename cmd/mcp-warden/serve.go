@@ -51,6 +51,7 @@ the configuration are used, and stdio when it names none.`,
 	fl.StringVar(&f.tls.KeyFile, "tls-key", "", "the PEM private key of --tls-cert: tls.key_file")
 	fl.StringVar(&f.tls.ClientCAFile, "tls-client-ca", "", "verify client certificates against these PEM CAs; a verified certificate names the principal (mTLS): tls.client_ca_file")
 	fl.BoolVar(&f.tls.RequireClientCert, "tls-require-client-cert", false, "refuse, in the handshake, clients without a certificate from --tls-client-ca: tls.require_client_cert")
+	fl.StringVar(&f.tls.ClientCRLFile, "tls-client-crl", "", "refuse client certificates revoked by these CRLs of the --tls-client-ca CAs (re-read when the file changes): tls.client_crl_file")
 	cmd.MarkFlagsMutuallyExclusive("config", "agent", "demo")
 	return cmd
 }
@@ -125,6 +126,9 @@ func applyTLSFlags(cfg *gateway.Config, t gateway.ListenerTLSConfig) error {
 	}
 	if t.RequireClientCert && t.ClientCAFile == "" {
 		return errors.New("serve: --tls-require-client-cert needs --tls-client-ca, the CAs client certificates must chain to")
+	}
+	if t.ClientCRLFile != "" && t.ClientCAFile == "" {
+		return errors.New("serve: --tls-client-crl needs --tls-client-ca, the CAs whose revocation lists it holds")
 	}
 	n := 0
 	for i := range cfg.Listeners {

@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,6 +42,7 @@ func TestTLSFlagsApplyToHTTPListeners(t *testing.T) {
 		{CertFile: "c.pem"}:      "--tls-cert and --tls-key go together",
 		{ClientCAFile: "ca.pem"}: "--tls-cert and --tls-key go together",
 		{CertFile: "c", KeyFile: "k", RequireClientCert: true}: "needs --tls-client-ca",
+		{CertFile: "c", KeyFile: "k", ClientCRLFile: "l"}:      "--tls-client-crl needs --tls-client-ca",
 		{CertFile: "c", KeyFile: "k"}:                          "need an HTTP listener",
 	} {
 		err := applyTLSFlags(&gateway.Config{Listeners: []gateway.ListenerConfig{{Stdio: true}}}, flags)
@@ -102,6 +105,21 @@ func TestE2EServeMTLSFromFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEmpty(t, list.Tools)
 	require.NoError(t, cs.Close())
+
+	// HTTP/2 is offered (ALPN) besides HTTP/1.1: a client that speaks it
+	// gets it, mTLS included.
+	h2 := &protoRecorder{next: &http.Transport{ForceAttemptHTTP2: true,
+		TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{client}}}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err = mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: h2}}, nil)
+	require.NoError(t, err)
+	list, err = cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+	assert.NotEmpty(t, list.Tools)
+	require.NoError(t, cs.Close())
+	assert.Equal(t, []string{"HTTP/2.0"}, slices.Compact(h2.protos()))
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	_ = cmd.Wait()
 	testenv.RequireNoProcess(t, key, value)
@@ -117,4 +135,27 @@ func selfSignedCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
 	ca, err := x509.ParseCertificate(der)
 	require.NoError(t, err)
 	return ca, key
+}
+
+// protoRecorder records the protocol of every response.
+type protoRecorder struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	seen []string
+}
+
+func (p *protoRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := p.next.RoundTrip(r)
+	if err == nil {
+		p.mu.Lock()
+		p.seen = append(p.seen, resp.Proto)
+		p.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (p *protoRecorder) protos() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.seen)
 }
