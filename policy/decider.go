@@ -29,7 +29,7 @@ type Decider struct {
 	cache  *listCache  // nil when the policy's decisions may not be reused
 	fields inputFields // what the engine's policy reads of an Input; nil: all
 	// eval evaluates an input reduced to fields.
-	eval func(ctx context.Context, input []byte) (any, error)
+	eval func(ctx context.Context, input []byte) (evaluation, error)
 	// concurrency is how many evaluations the engine runs at once.
 	concurrency int
 }
@@ -40,7 +40,11 @@ func NewDecider(engine Engine, log *DecisionLog) *Decider {
 	if e, ok := engine.(cacheableEngine); ok && e.cacheable() {
 		d.cache = newListCache()
 	}
-	d.fields, d.eval, d.concurrency = nil, engine.Evaluate, 1
+	d.fields, d.concurrency = nil, 1
+	d.eval = func(ctx context.Context, input []byte) (evaluation, error) {
+		v, err := engine.Evaluate(ctx, input)
+		return evaluation{value: v}, err
+	}
 	if e, ok := engine.(prunedInputEngine); ok {
 		d.fields, d.eval, d.concurrency = e.inputFields(), e.evaluatePruned, e.concurrency()
 	}
@@ -197,16 +201,17 @@ func (d *Decider) evaluate(ctx context.Context, in Input) (Decision, error) {
 		err = fmt.Errorf("encode input: %w", err)
 		return denyForError(in.Action, err), err
 	}
-	v, err := d.eval(ctx, b)
+	ev, err := d.eval(ctx, b)
 	if err != nil {
 		err = fmt.Errorf("evaluate %s: %w", Entrypoint, err)
 		return denyForError(in.Action, err), err
 	}
-	dec, err := decisionFromResult(v)
+	dec, err := decisionFromResult(ev.value)
 	if err != nil {
-		return denyForError(in.Action, err), err
+		dec = denyForError(in.Action, err)
 	}
-	return dec, nil
+	dec.nondeterministic = ev.nondeterministic
+	return dec, err
 }
 
 // decisionFromResult reads a Decision out of the entry point's value.

@@ -26,6 +26,9 @@ type Decision struct {
 	// Err is set on a denial for an error (evaluation, malformed result or
 	// unwritable log) rather than by the policy; Reason says the same.
 	Err error `json:"-"`
+	// nondeterministic is what the non-deterministic builtins of the
+	// evaluation returned (nd_builtin_cache JSON), for the log.
+	nondeterministic []byte
 }
 
 // Result is the decision as the policy's result object: allow, reason and

@@ -34,13 +34,14 @@ func NewRegoEngine(ctx context.Context, p *rego.Policy, data map[string]any) (En
 		return nil, fmt.Errorf("prepare policy: %w", err)
 	}
 	return &regoEngine{query: q, revision: p.Revision(), reusable: !p.Volatile(VolatileInputFields...),
-		fields: newInputFields(p.InputPaths())}, nil
+		records: p.Volatile(), fields: newInputFields(p.InputPaths())}, nil
 }
 
 type regoEngine struct {
 	query    *rego.Query
 	revision string
 	reusable bool // decisions depend on the input's non-volatile fields and data only
+	records  bool // the policy may call non-deterministic builtins: record them
 	fields   inputFields
 }
 
@@ -59,8 +60,19 @@ func (e *regoEngine) Evaluate(ctx context.Context, input []byte) (any, error) {
 	return v, nil
 }
 
-func (e *regoEngine) evaluatePruned(ctx context.Context, input []byte) (any, error) {
-	return e.Evaluate(ctx, input)
+func (e *regoEngine) evaluatePruned(ctx context.Context, input []byte) (evaluation, error) {
+	if !e.records {
+		v, err := e.Evaluate(ctx, input)
+		return evaluation{value: v}, err
+	}
+	v, defined, nd, err := e.query.EvalRecorded(ctx, input)
+	if err == nil && !defined {
+		err = ErrUndefined
+	}
+	if err != nil {
+		return evaluation{}, err
+	}
+	return evaluation{value: v, nondeterministic: nd}, nil
 }
 
 // concurrency: a prepared query evaluates on any number of goroutines.

@@ -157,13 +157,21 @@ func jsonFieldsOf(t reflect.Type) []jsonField {
 	return fs
 }
 
+// evaluation is an engine's answer: the entry point's value and what the
+// non-deterministic builtins it called returned (OPA's nd_builtin_cache
+// JSON; nil when none was, or the engine does not record them).
+type evaluation struct {
+	value            any
+	nondeterministic []byte
+}
+
 // prunedInputEngine is implemented by the engines of this package, which
 // know from their policy's source what it reads of an Input. The Decider
 // hands them that part only, through evaluatePruned, which is Evaluate
 // of an input already reduced to inputFields.
 type prunedInputEngine interface {
 	inputFields() inputFields
-	evaluatePruned(ctx context.Context, input []byte) (any, error)
+	evaluatePruned(ctx context.Context, input []byte) (evaluation, error)
 	// concurrency is how many evaluations it runs at once.
 	concurrency() int
 }

@@ -79,6 +79,8 @@ func NewWasmEngine(ctx context.Context, wp *rego.WasmPolicy, data map[string]any
 		Size:             opts.Instances,
 		Timeout:          opts.Timeout,
 		MemoryLimitPages: opts.MemoryLimitPages,
+		// A prebuilt module, whose source is unknown, is volatile.
+		RecordNondeterministic: wp.Volatile(),
 	})
 	if err != nil {
 		_ = module.Close(ctx)
@@ -124,27 +126,28 @@ func (e *wasmEngine) Evaluate(ctx context.Context, input []byte) (any, error) {
 		*buf = reduced[:0]
 		input = reduced
 	}
-	return e.evaluatePruned(ctx, input)
+	ev, err := e.evaluatePruned(ctx, input)
+	return ev.value, err
 }
 
 // filterBuffers hold reduced inputs, which live until they are copied into
 // an instance.
 var filterBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-func (e *wasmEngine) evaluatePruned(ctx context.Context, input []byte) (any, error) {
-	out, err := e.pool.Eval(ctx, input)
+func (e *wasmEngine) evaluatePruned(ctx context.Context, input []byte) (evaluation, error) {
+	out, nd, err := e.pool.EvalRecorded(ctx, input)
 	if errors.Is(err, wasm.ErrUndefined) {
-		return nil, ErrUndefined
+		return evaluation{}, ErrUndefined
 	}
 	if err != nil {
-		return nil, err
+		return evaluation{}, err
 	}
 	// Numbers as json.Number, as the rego engine returns them.
 	v, err := decodeJSON(out)
 	if err != nil {
-		return nil, fmt.Errorf("decode result: %w", err)
+		return evaluation{}, fmt.Errorf("decode result: %w", err)
 	}
-	return v, nil
+	return evaluation{value: v, nondeterministic: nd}, nil
 }
 
 func (e *wasmEngine) Revision() string { return e.revision }

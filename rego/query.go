@@ -10,6 +10,7 @@ import (
 	oparego "github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/topdown"
+	"github.com/open-policy-agent/opa/v1/topdown/builtins"
 	"github.com/open-policy-agent/opa/v1/util"
 
 	"github.com/mcp-warden/mcp-warden/rego/internal/jsonast"
@@ -109,6 +110,25 @@ func definedIn(data map[string]any, ref ast.Ref) bool {
 // The input is decoded straight into OPA's AST, and evaluation starts no
 // goroutine: ctx is watched through context.AfterFunc.
 func (q *Query) Eval(ctx context.Context, input []byte) (result any, defined bool, err error) {
+	return q.eval(ctx, input, nil)
+}
+
+// EvalRecorded is Eval that also returns what the non-deterministic
+// builtins the evaluation called (time.now_ns, rand.intn, …) returned, as
+// the JSON of OPA's decision log nd_builtin_cache: {"builtin": {"[args]":
+// value}}; nd is nil when it called none.
+func (q *Query) EvalRecorded(ctx context.Context, input []byte) (result any, defined bool, nd []byte, err error) {
+	cache := builtins.NDBCache{}
+	result, defined, err = q.eval(ctx, input, cache)
+	if err == nil && len(cache) > 0 {
+		if nd, err = cache.MarshalJSON(); err != nil {
+			return nil, false, nil, fmt.Errorf("eval %s: record non-deterministic builtins: %w", q.rule, err)
+		}
+	}
+	return result, defined, nd, err
+}
+
+func (q *Query) eval(ctx context.Context, input []byte, cache builtins.NDBCache) (result any, defined bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, fmt.Errorf("eval %s: %w", q.rule, err)
 	}
@@ -119,11 +139,15 @@ func (q *Query) Eval(ctx context.Context, input []byte) (result any, defined boo
 	cancel := topdown.NewCancel()
 	stop := context.AfterFunc(ctx, cancel.Cancel)
 	defer stop()
-	rs, err := q.prepared.Eval(ctx,
+	opts := []oparego.EvalOption{
 		oparego.EvalParsedInput(value),
 		oparego.EvalExternalCancel(cancel),
 		oparego.EvalMetrics(metrics.NoOp()),
-	)
+	}
+	if cache != nil {
+		opts = append(opts, oparego.EvalNDBuiltinCache(cache))
+	}
+	rs, err := q.prepared.Eval(ctx, opts...)
 	if err != nil {
 		return nil, false, fmt.Errorf("eval %s: %w", q.rule, err)
 	}

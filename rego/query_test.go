@@ -286,3 +286,34 @@ func TestEvalCanceled(t *testing.T) {
 }
 
 func fmtValue(v any) string { return fmt.Sprint(v) }
+
+// EvalRecorded returns what the non-deterministic builtins returned, in
+// the form of OPA's nd_builtin_cache, and nothing when none was called.
+func TestEvalRecordedNondeterministicBuiltins(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "p.rego", "package p\n\nv := {\"now\": time.now_ns(), \"n\": rand.intn(\"k\", 1000000)} if input.random\n\nv := 1 if not input.random\n")
+	p, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := Prepare(context.Background(), p, "data.p.v", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, defined, nd, err := q.EvalRecorded(context.Background(), []byte(`{"random": true}`))
+	if err != nil || !defined {
+		t.Fatalf("EvalRecorded = %v, %v, %v", got, defined, err)
+	}
+	v := got.(map[string]any)
+	var cache, want any
+	if err := json.Unmarshal(nd, &cache); err != nil {
+		t.Fatalf("nd_builtin_cache %s: %v", nd, err)
+	}
+	_ = json.Unmarshal([]byte(fmt.Sprintf(`{"time.now_ns":{"[]":%s},"rand.intn":{"[\"k\",1000000]":%s}}`, v["now"], v["n"])), &want)
+	if !reflect.DeepEqual(cache, want) {
+		t.Errorf("nd_builtin_cache = %s, want %v", nd, want)
+	}
+	if _, _, nd, err := q.EvalRecorded(context.Background(), []byte(`{"random": false}`)); err != nil || nd != nil {
+		t.Errorf("no non-deterministic builtin called: nd = %s, err = %v", nd, err)
+	}
+}

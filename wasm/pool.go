@@ -56,6 +56,9 @@ type PoolOptions struct {
 	MemoryLimitPages uint32
 	// Timeout bounds one evaluation. Zero means DefaultTimeout.
 	Timeout time.Duration
+	// RecordNondeterministic makes EvalRecorded return what the
+	// non-deterministic builtins of each evaluation returned.
+	RecordNondeterministic bool
 }
 
 // Pool evaluates one entry point of a Module on a bounded set of
@@ -95,6 +98,8 @@ func NewPool(ctx context.Context, m *Module, opts PoolOptions) (*Pool, error) {
 			MaxMemoryPages: opts.MemoryLimitPages,
 			Timeout:        opts.Timeout,
 			AllowBuiltin:   allowBuiltin,
+
+			RecordNondeterministic: opts.RecordNondeterministic,
 		},
 	}
 	if p.cfg.MaxMemoryPages == 0 {
@@ -144,6 +149,17 @@ func (p *Pool) Size() int { return cap(p.free) }
 // long as ctx allows; the evaluation itself is bounded by the pool's
 // Timeout.
 func (p *Pool) Eval(ctx context.Context, input []byte) ([]byte, error) {
+	value, _, err := p.EvalRecorded(ctx, input)
+	return value, err
+}
+
+// EvalRecorded is Eval that also returns, when the pool records them
+// (PoolOptions.RecordNondeterministic), what the non-deterministic builtins
+// the evaluation called (time.now_ns, rand.intn, …) returned, as the JSON
+// of OPA's decision log nd_builtin_cache: {"builtin": {"[args]": value}};
+// nd is nil when it called none. A replay given these values decides as
+// the evaluation did.
+func (p *Pool) EvalRecorded(ctx context.Context, input []byte) (value, nd []byte, err error) {
 	now := time.Now()
 	var in *host.Instance
 	select {
@@ -152,26 +168,31 @@ func (p *Pool) Eval(ctx context.Context, input []byte) ([]byte, error) {
 		select {
 		case in = <-p.free:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("wait for a wasm instance: %w", context.Cause(ctx))
+			return nil, nil, fmt.Errorf("wait for a wasm instance: %w", context.Cause(ctx))
 		}
 	}
 	if in == nil { // a slot whose instance was discarded
-		var err error
 		if in, err = p.module.compiled.NewInstance(ctx, p.cfg); err != nil {
 			p.free <- nil
-			return nil, fmt.Errorf("replace wasm instance: %w", err)
+			return nil, nil, fmt.Errorf("replace wasm instance: %w", err)
 		}
 	}
 	out, err := in.Eval(ctx, p.epID, input, host.FormatJSON, now)
+	if cache := in.Nondeterministic(); err == nil && cache != nil {
+		if nd, err = cache.MarshalJSON(); err != nil {
+			err = fmt.Errorf("record non-deterministic builtins: %w", err)
+		}
+	}
 	if in.Broken() {
 		in.Close(context.WithoutCancel(ctx))
 		in = nil
 	}
 	p.free <- in
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return resultValue(out)
+	value, err = resultValue(out)
+	return value, nd, err
 }
 
 // resultValue returns X of the result set [{"result":X}] opa_eval returns

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -371,4 +372,32 @@ func readU32(b []byte) (uint32, int) {
 			return v, i + 1
 		}
 	}
+}
+
+// A pool that records them returns what the non-deterministic builtins of
+// an evaluation returned, in the form of OPA's nd_builtin_cache; one that
+// does not, and an evaluation calling none, return nil.
+func TestEvalRecordsNondeterministicBuiltins(t *testing.T) {
+	ctx := context.Background()
+	m := buildWasm(t, `package t
+p := {"now": time.now_ns(), "n": rand.intn("k", 1000000), "x": input.x} if input.random
+p := {"x": input.x} if not input.random
+`, "t/p")
+	p := newPool(t, m, PoolOptions{Entrypoint: "t/p", Size: 1, RecordNondeterministic: true})
+	out, nd, err := p.EvalRecorded(ctx, []byte(`{"random":true,"x":1}`))
+	require.NoError(t, err)
+	var got struct {
+		Now, N json.Number
+	}
+	require.NoError(t, json.Unmarshal(out, &got))
+	require.JSONEq(t, fmt.Sprintf(`{"time.now_ns":{"[]":%s},"rand.intn":{"[\"k\",1000000]":%s}}`, got.Now, got.N), string(nd))
+
+	_, nd, err = p.EvalRecorded(ctx, []byte(`{"random":false,"x":1}`))
+	require.NoError(t, err)
+	require.Nil(t, nd, "no non-deterministic builtin called")
+
+	quiet := newPool(t, m, PoolOptions{Entrypoint: "t/p", Size: 1})
+	_, nd, err = quiet.EvalRecorded(ctx, []byte(`{"random":true,"x":1}`))
+	require.NoError(t, err)
+	require.Nil(t, nd, "not recording")
 }

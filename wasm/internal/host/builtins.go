@@ -24,6 +24,9 @@ import (
 type builtinFunc struct {
 	name string
 	fn   topdown.BuiltinFunc
+	// nondeterministic builtins (time.now_ns, rand.intn, uuid.rfc4122, …)
+	// have their results recorded when the instance records them.
+	nondeterministic bool
 }
 
 // BuiltinError is a builtin that halted the evaluation (topdown.Halt), or
@@ -51,7 +54,8 @@ func bindBuiltins(names map[string]int32, allow func(string) bool) (map[int32]bu
 		if fn == nil {
 			return nil, fmt.Errorf("the policy calls builtin %s, which this OPA version does not implement", name)
 		}
-		bound[id] = builtinFunc{name: name, fn: fn}
+		b := ast.BuiltinMap[name]
+		bound[id] = builtinFunc{name: name, fn: fn, nondeterministic: b != nil && b.Nondeterministic}
 	}
 	if len(refused) > 0 {
 		sort.Strings(refused)
@@ -100,6 +104,12 @@ func builtinDispatcher(arity int) api.GoModuleFunc {
 			out = nil // non-halting errors are undefined in Wasm evaluation
 		}
 		stack[0] = 0
+		if out != nil && b.nondeterministic && in.record {
+			if in.nd == nil {
+				in.nd = builtins.NDBCache{}
+			}
+			in.nd.Put(b.name, ast.NewArray(args...), out.Value)
+		}
 		if out != nil {
 			addr, err := in.writeTerm(ctx, out)
 			if err != nil {

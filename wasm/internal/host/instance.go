@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/topdown"
+	"github.com/open-policy-agent/opa/v1/topdown/builtins"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
@@ -39,6 +40,9 @@ type Config struct {
 	// through the host. A policy that imports a refused builtin does not
 	// load.
 	AllowBuiltin func(name string) bool
+	// RecordNondeterministic makes Eval return what the non-deterministic
+	// builtins the evaluation called returned (see Eval).
+	RecordNondeterministic bool
 }
 
 // Instance is one instantiated policy with its data loaded. It evaluates
@@ -66,6 +70,8 @@ type Instance struct {
 	// Per evaluation.
 	evalTime    time.Time
 	bctx        *topdown.BuiltinContext
+	record      bool              // Config.RecordNondeterministic
+	nd          builtins.NDBCache // this evaluation's, when recording
 	endBuiltins func()
 	// broken is set when the instance must not be used again.
 	broken bool
@@ -84,7 +90,7 @@ func (m *Module) NewInstance(ctx context.Context, cfg Config) (_ *Instance, err 
 	if err != nil {
 		return nil, err
 	}
-	in := &Instance{evalStack: make([]uint64, 7), callStack: make([]uint64, 2), timeout: cfg.Timeout}
+	in := &Instance{evalStack: make([]uint64, 7), callStack: make([]uint64, 2), timeout: cfg.Timeout, record: cfg.RecordNondeterministic}
 	in.ctx = context.WithValue(context.Background(), instanceKey{}, in)
 	ctx = context.WithValue(ctx, instanceKey{}, in)
 	// Anonymous modules, so that any number of instances share the runtime;
@@ -187,6 +193,12 @@ func (in *Instance) Entrypoints() map[string]int32 { return in.entrypoints }
 // cancellation), trapped or ran out of memory, and must be replaced.
 func (in *Instance) Broken() bool { return in.broken }
 
+// Nondeterministic returns, for the last evaluation of an instance whose
+// Config records them, what each non-deterministic builtin it called
+// returned, by builtin and arguments (the nd_builtin_cache of OPA's
+// decision log); nil when it called none.
+func (in *Instance) Nondeterministic() builtins.NDBCache { return in.nd }
+
 // MemoryPages is the current size of the instance's memory.
 func (in *Instance) MemoryPages() uint32 { return in.mem.Size() / pageSize }
 
@@ -207,7 +219,7 @@ func (in *Instance) Eval(ctx context.Context, entrypoint int32, input []byte, fo
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
-	in.evalTime, in.bctx = now, nil
+	in.evalTime, in.bctx, in.nd = now, nil, nil
 	in.watch.arm(ctx, in.timeout)
 	defer func() {
 		if in.endBuiltins != nil {
