@@ -317,8 +317,13 @@ func OpenDecisionLog(path string, opts DecisionLogOptions) (*DecisionLog, error)
 // Close syncs and closes the log's file, if it owns one, and stops the
 // upload after a last short attempt to send what is waiting; later
 // decisions cannot be logged and are denied.
+//
+// It reports the chain's last hash to the logger ("decision log closed"):
+// an operational log kept elsewhere thus holds a hash that `audit verify
+// --includes` can require, which reveals records cut from the end.
 func (l *DecisionLog) Close() error {
 	err := l.chain.Close()
+	l.logger.Info("decision log closed", "last_hash", l.chain.LastHash())
 	if l.shipper != nil {
 		err = errors.Join(err, l.shipper.Close())
 	}

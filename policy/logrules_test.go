@@ -3,6 +3,7 @@ package policy_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -114,4 +115,35 @@ func TestDecisionLogRotatesBySizeAndVerifies(t *testing.T) {
 	s, err := policy.VerifyDecisionLog(append(rotated, path), true)
 	require.NoError(t, err)
 	assert.Equal(t, 30, s.Records)
+
+	// A hash kept from an earlier verification may lie in a file retention
+	// removed, as long as the chain continues from it.
+	first, err := policy.VerifyDecisionLog(rotated[:1], true)
+	require.NoError(t, err)
+	rest := append(rotated[1:], path)
+	_, err = policy.VerifyDecisionLog(rest, false, first.LastHash, s.LastHash)
+	require.NoError(t, err)
+	_, err = policy.VerifyDecisionLog(rest[:len(rest)-1], false, s.LastHash)
+	var p *policy.LogProblem
+	require.ErrorAs(t, err, &p, "the newest file gone: the kept head is missing")
+	assert.Equal(t, "truncated", p.Kind)
+}
+
+// Closing the log reports its last hash, which audit verify can then
+// require the chain to contain.
+func TestDecisionLogReportsItsLastHashOnClose(t *testing.T) {
+	engine, err := policy.NewRegoEngine(context.Background(), rego.Default(), serverData)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	var oplog bytes.Buffer
+	l, err := policy.OpenDecisionLog(path, policy.DecisionLogOptions{Logger: slog.New(slog.NewTextHandler(&oplog, nil))})
+	require.NoError(t, err)
+	d := policy.NewDecider(engine, l)
+	for range 3 {
+		d.Decide(context.Background(), input(policy.ActionToolsCall, "read_file", nil))
+	}
+	require.NoError(t, l.Close())
+	s, err := policy.VerifyDecisionLog([]string{path}, true)
+	require.NoError(t, err)
+	assert.Contains(t, oplog.String(), `msg="decision log closed" last_hash=`+s.LastHash)
 }

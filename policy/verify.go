@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/mcp-warden/mcp-warden/policy/internal/auditlog"
 )
@@ -26,9 +27,42 @@ type LogSummary = auditlog.Summary
 // start the chain; without it the files may continue one whose older files
 // were removed. The first record that fails is returned as a *LogProblem;
 // other errors are I/O errors.
-func VerifyDecisionLog(files []string, fromStart bool) (LogSummary, error) {
+//
+// kept are hashes of records an earlier verification found (the last hash
+// it reported, kept off the machine): each must still be in the chain, or
+// be the prev_hash the files start from. Records cut from the end of the
+// newest file leave no gap in the chain; a kept hash that is gone names
+// that cut, as a LogProblem of kind "truncated" after the last record.
+func VerifyDecisionLog(files []string, fromStart bool, kept ...string) (LogSummary, error) {
 	refs := listReferences{}
-	return auditlog.Verify(files, fromStart, refs.check)
+	missing := map[string]bool{}
+	for _, h := range kept {
+		missing[strings.ToLower(h)] = true
+	}
+	var lastFile string
+	var lastLine int
+	s, err := auditlog.Verify(files, fromStart, func(file string, canonical []byte, hash string) string {
+		if file != lastFile {
+			lastFile, lastLine = file, 0
+		}
+		lastLine++
+		delete(missing, hash)
+		return refs.check(file, canonical, hash)
+	})
+	if err != nil || len(missing) == 0 {
+		return s, err
+	}
+	delete(missing, s.FirstPrev)
+	for _, h := range kept {
+		if missing[strings.ToLower(h)] {
+			if lastFile == "" && len(files) > 0 {
+				lastFile = files[len(files)-1]
+			}
+			return s, &LogProblem{File: lastFile, Line: lastLine + 1, Kind: auditlog.KindTruncated,
+				Detail: fmt.Sprintf("the chain ends before record %s, which an earlier verification found: records were deleted from its end", h)}
+		}
+	}
+	return s, nil
 }
 
 // listReferences follows the list events of one file: the full ones by

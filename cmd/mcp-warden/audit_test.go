@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -35,6 +36,23 @@ func TestAuditVerifyCommand(t *testing.T) {
 	out, err := exec.Command(bin, "audit", "verify", path).CombinedOutput()
 	require.NoError(t, err, string(out))
 	assert.Contains(t, string(out), "ok: 4 records in 1 files")
+	head := regexp.MustCompile(`last hash ([0-9a-f]{64})`).FindStringSubmatch(string(out))
+	require.NotNil(t, head, string(out))
+
+	// The last record cut: the chain has no gap, but it no longer holds
+	// the head an earlier verification printed.
+	whole, err := os.ReadFile(path)
+	require.NoError(t, err)
+	lines := bytes.SplitAfter(whole, []byte("\n"))
+	cut := filepath.Join(t.TempDir(), "cut.log")
+	require.NoError(t, os.WriteFile(cut, bytes.Join(lines[:3], nil), 0o600))
+	out, err = exec.Command(bin, "audit", "verify", cut).CombinedOutput()
+	require.NoError(t, err, "without a kept hash the cut is invisible: %s", out)
+	out, err = exec.Command(bin, "audit", "verify", "--includes", head[1], cut).CombinedOutput()
+	require.Error(t, err, string(out))
+	assert.Contains(t, string(out), cut+":4: truncated: the chain ends before record "+head[1])
+	out, err = exec.Command(bin, "audit", "verify", "--includes", head[1], path).CombinedOutput()
+	require.NoError(t, err, string(out))
 
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)

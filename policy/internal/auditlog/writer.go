@@ -306,6 +306,14 @@ func syncDir(dir string) {
 	}
 }
 
+// LastHash is the hash of the last record of the chain: the prev_hash of
+// the next one.
+func (w *Writer) LastHash() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.prev[:])
+}
+
 // Close syncs and closes the file (if the Writer owns one). Appends after
 // Close fail.
 func (w *Writer) Close() error {
