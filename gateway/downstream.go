@@ -263,21 +263,28 @@ func withRequestMeta(ctx context.Context, req mcp.Request) context.Context {
 	return context.WithValue(ctx, requestMetaKey{}, m)
 }
 
-// notifyListChanged makes s send list_changed notifications to its
-// sessions: the SDK sends them only when its own registry changes, so a
-// placeholder is added and removed (the gateway answers the lists itself;
-// the placeholder is never listed).
-// (Tools need no placeholder: registerTools changes the registry.)
-func notifyListChanged(s *mcp.Server, resources, prompts bool) {
+// notifyListChanged makes s send the list_changed notifications methods
+// names to its sessions: the SDK sends them only when its own registry
+// changes, so a placeholder is added and removed (the gateway answers the
+// lists itself; the placeholder is never listed). The SDK sends one
+// notification for changes close together.
+func notifyListChanged(s *mcp.Server, methods map[string]bool) {
 	const placeholder = "mcp-warden-list-changed"
-	if resources {
+	if methods["notifications/tools/list_changed"] {
+		s.AddTool(&mcp.Tool{Name: placeholder, InputSchema: json.RawMessage(`{"type":"object"}`)},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return nil, errNotIntercepted
+			})
+		s.RemoveTools(placeholder)
+	}
+	if methods["notifications/resources/list_changed"] {
 		s.AddResource(&mcp.Resource{Name: placeholder, URI: placeholder + ":"},
 			func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 				return nil, errNotIntercepted
 			})
 		s.RemoveResources(placeholder + ":")
 	}
-	if prompts {
+	if methods["notifications/prompts/list_changed"] {
 		s.AddPrompt(&mcp.Prompt{Name: placeholder},
 			func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 				return nil, errNotIntercepted

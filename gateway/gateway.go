@@ -657,7 +657,8 @@ func (g *Gateway) upstreamChanged(u *upstream, tools, resources, prompts bool) {
 	}
 	g.mu.Unlock()
 	g.logger.Info("upstream lists changed", "server", u.cfg.Name, "tools", tools, "resources", resources, "prompts", prompts)
-	g.tellListsChanged(ctx, before, cat, u, tools, resources, prompts)
+	g.tellListsChanged(ctx, before, cat, listAnnouncement{server: u.cfg.Name, event: announcedListChanged, from: u,
+		tools: tools, resources: resources, prompts: prompts})
 }
 
 // addDownstreamServer records a downstream MCP server, to be told about
