@@ -107,10 +107,11 @@ func (g *Gateway) newMCPServer(base policy.Principal, transport string, alive co
 		// The SDK keeps the subscriptions (and sends updates to them) once
 		// these allow them.
 		SubscribeHandler: func(ctx context.Context, req *mcp.SubscribeRequest) error {
-			return g.subscribeResource(withRequestMeta(ctx, req), subscriber(ctx, req), req.Params.URI, true)
+			return g.subscribeResource(withRequestMeta(ctx, req), subscriber(ctx, req), req.Session, req.Params.URI)
 		},
-		UnsubscribeHandler: func(ctx context.Context, req *mcp.UnsubscribeRequest) error {
-			return g.subscribeResource(withRequestMeta(ctx, req), subscriber(ctx, req), req.Params.URI, false)
+		UnsubscribeHandler: func(_ context.Context, req *mcp.UnsubscribeRequest) error {
+			g.endSubscriptions(req.Session, map[string]bool{req.Params.URI: true})
+			return nil
 		},
 	})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -399,8 +400,9 @@ func (g *Gateway) streamableHandler(principal policy.Principal) http.Handler {
 	})
 }
 
-// sessionIdleTimeout ends legacy HTTP sessions a client abandoned.
-const sessionIdleTimeout = 30 * time.Minute
+// sessionIdleTimeout ends legacy HTTP sessions a client abandoned. (A
+// variable so that tests can see a session time out.)
+var sessionIdleTimeout = 30 * time.Minute
 
 func isModernRequest(r *http.Request) bool {
 	v := strings.TrimSpace(r.Header.Get("MCP-Protocol-Version"))

@@ -79,6 +79,7 @@ type Gateway struct {
 	faces   []*mcp.Server // the downstream MCP servers, told about list changes
 
 	listChanges listChangeRouting // which downstream session is owed which list_changed
+	sessionEnds sessionEnds       // ends the resource subscriptions of sessions gone
 }
 
 // ServerStatus reports how an upstream server's start went.
@@ -561,6 +562,7 @@ func (g *Gateway) Close() error {
 	}
 	g.background.Wait() // closed upstreams make their work end at once
 	g.closeDownstreamSessions()
+	g.sessionEnds.wait()
 	g.warm.close()
 	err = errors.Join(err, g.declog.Close())
 	if c, ok := g.engine.(io.Closer); ok {

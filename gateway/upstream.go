@@ -47,7 +47,7 @@ type upstream struct {
 	modern        *link // nil: the server speaks no 2026-07-28
 	confinement   policy.Confinement
 	calls         callRegistry
-	subscriptions subscriptionCounts // downstream subscriptions per resource URI
+	subscriptions resourceSubscriptions // downstream subscriptions per resource URI
 	// ready is set once start-up has assigned the links and listed the
 	// server: list_changed notifications before that are covered by the
 	// start-up listing and must not touch half-built links.
