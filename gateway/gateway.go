@@ -54,6 +54,9 @@ type Gateway struct {
 	// remoteHeaders are the headers sent to each remote server, secret
 	// values read from the host included.
 	remoteHeaders map[string]map[string]string
+	// remoteProxies are the proxies of the remote servers reached through
+	// one (see remoteHTTPClient).
+	remoteProxies map[string]*remoteProxy
 
 	// background runs work started by upstream notifications (re-listing);
 	// Close waits for it.
@@ -129,7 +132,7 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		opt(&o)
 	}
 	g := &Gateway{cfg: cfg, logger: o.logger, envs: map[string]map[string]string{}, envErrs: map[string]error{},
-		remoteHeaders: map[string]map[string]string{}}
+		remoteHeaders: map[string]map[string]string{}, remoteProxies: map[string]*remoteProxy{}}
 
 	var secrets []string
 	for _, sc := range cfg.Servers {
@@ -148,6 +151,18 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 			}
 			g.remoteHeaders[sc.Name] = headers
 			secrets = append(secrets, values...)
+			proxy, err := newRemoteProxy(sc.Proxy)
+			if err != nil {
+				g.envErrs[sc.Name] = fmt.Errorf("server %q: %w", sc.Name, err)
+				continue
+			}
+			if proxy != nil {
+				g.remoteProxies[sc.Name] = proxy
+				if proxy.password != "" {
+					secrets = append(secrets, proxy.password)
+				}
+				g.logger.Info("remote server reached through a proxy", "server", sc.Name, "proxy", proxy.shown)
+			}
 		}
 	}
 

@@ -149,7 +149,7 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 	client.AddReceivingMiddleware(u.relayRequests)
 	var t mcp.Transport
 	if sc.URL != "" {
-		hc := remoteHTTPClient(sc, u.g.remoteHeaders[sc.Name])
+		hc := remoteHTTPClient(sc, u.g.remoteHeaders[sc.Name], u.g.remoteProxies[sc.Name])
 		if sc.Transport == RemoteSSE {
 			// The SSE transport reads the whole session from the GET it
 			// makes in Connect, under Connect's context: the link, not the
