@@ -17,6 +17,10 @@ type Config struct {
 	// Servers are the upstream MCP servers, in priority order (the order
 	// matters for NamingFirst).
 	Servers []ServerConfig `yaml:"servers" json:"servers"`
+	// RemoteProxy is the Proxy of every remote server that sets none.
+	// Empty means ProxyNone: remote servers are reached directly, and
+	// proxy variables in the gateway's environment are ignored.
+	RemoteProxy string `yaml:"remote_proxy" json:"remote_proxy"`
 	// Naming says how two upstream tools with the same name are exposed.
 	// Empty means NamingPrefix.
 	Naming NamingMode `yaml:"naming" json:"naming"`
@@ -98,6 +102,13 @@ type ServerConfig struct {
 	// gateway's own network (SSRF). Set it for a server you run next to
 	// the gateway.
 	AllowPrivateNetwork bool `yaml:"allow_private_network" json:"allow_private_network"`
+	// Proxy says how URL is reached: ProxyNone ("none": directly, whatever
+	// the environment says), ProxyEnvironment ("environment": through the
+	// proxy HTTPS_PROXY/HTTP_PROXY name, unless NO_PROXY exempts the host)
+	// or an http(s) proxy URL, http://[user:password@]host:port. Empty
+	// means Config.RemoteProxy. The password is never logged; prefer
+	// "environment" to keep it out of the config file.
+	Proxy string `yaml:"proxy" json:"proxy"`
 }
 
 // HeaderSecret says where a secret header value is read from: exactly one

@@ -85,7 +85,8 @@ func TestLoadConfigValidYAML(t *testing.T) {
 				Limits:         sandbox.Limits{MemoryMiB: 512, Processes: 64, OpenFiles: 256, CPUSeconds: 60, FileSizeMiB: 100},
 			},
 		}},
-		Naming: NamingFirst,
+		Naming:      NamingFirst,
+		RemoteProxy: ProxyEnvironment,
 		Policy: PolicyConfig{Path: filepath.Join(dir, "policies"), Engine: "wasm", Wasm: WasmConfig{
 			Timeout: 500 * time.Millisecond, MemoryLimitPages: 512, CacheDir: filepath.Join(dir, "cache", "wasm"), Instances: 4}},
 		DecisionLog: DecisionLogConfig{Path: filepath.Join(dir, "logs", "decisions.log"), Fsync: "always",
@@ -145,7 +146,7 @@ func TestLoadConfigClaudeDesktopRemote(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cfg.Servers, 3)
 	assert.Equal(t, ServerConfig{
-		Name: "remote", URL: "https://mcp.example.com/mcp", Transport: RemoteStreamableHTTP,
+		Name: "remote", URL: "https://mcp.example.com/mcp", Transport: RemoteStreamableHTTP, Proxy: ProxyNone,
 		Headers:       map[string]string{"X-Client": "mcp-warden"},
 		HeaderSecrets: map[string]HeaderSecret{"Authorization": {Env: "REMOTE_TOKEN", Prefix: "Bearer "}},
 		CallTimeout:   DefaultCallTimeout,
@@ -182,7 +183,7 @@ func TestLoadConfigFixtureErrors(t *testing.T) {
 		want []string // full messages, fixture path stripped
 	}{{
 		file: "unknown_key.yaml",
-		want: []string{":4: servers[0].tool: unknown key; did you mean tools? known keys here: name, command, args, cwd, env, secrets, call_timeout, restart, tools, sandbox, resources, prompts, url, transport, headers, header_secrets, allow_private_network"},
+		want: []string{":4: servers[0].tool: unknown key; did you mean tools? known keys here: name, command, args, cwd, env, secrets, call_timeout, restart, tools, sandbox, resources, prompts, url, transport, headers, header_secrets, allow_private_network, proxy"},
 	}, {
 		file: "bad_type.yaml",
 		want: []string{`:4: servers[0].args: want a list, got the number 3; write a list, e.g. ["-y", "some-server"]`},

@@ -97,10 +97,15 @@ func (c *Config) SetDefaults() {
 	c.Principal.ID = cmp.Or(c.Principal.ID, DefaultPrincipalID)
 	for i := range c.Servers {
 		c.Servers[i].CallTimeout = cmp.Or(c.Servers[i].CallTimeout, DefaultCallTimeout)
+		if c.Servers[i].URL != "" {
+			c.Servers[i].Proxy = cmp.Or(c.Servers[i].Proxy, c.RemoteProxy, ProxyNone)
+		}
 	}
 }
 
 // --- validation ----------------------------------------------------------
+
+const proxyFix = `write none, environment, or the proxy's URL, e.g. http://proxy.example:3128`
 
 // Validate checks c and returns every problem found, as a *ConfigError or
 // several joined; nil means c is usable. It does not apply defaults (see
@@ -124,6 +129,11 @@ func (c *Config) validate() []*ConfigError {
 		}
 	}
 
+	if p := c.RemoteProxy; p != "" && p != ProxyNone && p != ProxyEnvironment {
+		if _, err := parseProxyURL(p); err != nil {
+			bad("remote_proxy", err.Error(), proxyFix)
+		}
+	}
 	if len(c.Servers) == 0 {
 		bad("servers", "no servers configured",
 			`add at least one, e.g. servers: [{name: files, command: npx, args: ["-y", "@modelcontextprotocol/server-filesystem", "/srv"]}]`)
@@ -174,6 +184,11 @@ func (c *Config) validate() []*ConfigError {
 					bad(hk, "is also set in headers", "keep the header in one place: header_secrets for secret values")
 				}
 			}
+			if s.Proxy != "" && s.Proxy != ProxyNone && s.Proxy != ProxyEnvironment {
+				if _, err := parseProxyURL(s.Proxy); err != nil {
+					bad(key+".proxy", err.Error(), proxyFix)
+				}
+			}
 			if u, err := url.Parse(s.URL); err == nil && !s.AllowPrivateNetwork {
 				if why := blockedHost(u.Hostname()); why != "" {
 					bad(key+".url", fmt.Sprintf("%q points at %s, where remote servers are refused (SSRF)", s.URL, why),
@@ -183,8 +198,8 @@ func (c *Config) validate() []*ConfigError {
 		case strings.TrimSpace(s.Command) == "":
 			bad(key+".command", "missing", "set the program to run, e.g. npx (it is run directly, not through a shell)")
 		}
-		if s.URL == "" && (s.Transport != "" || len(s.Headers) > 0 || len(s.HeaderSecrets) > 0 || s.AllowPrivateNetwork) {
-			bad(key, "sets transport, headers, header_secrets or allow_private_network without url", "they apply to remote servers only: set url, or remove them")
+		if s.URL == "" && (s.Transport != "" || len(s.Headers) > 0 || len(s.HeaderSecrets) > 0 || s.AllowPrivateNetwork || s.Proxy != "") {
+			bad(key, "sets transport, headers, header_secrets, allow_private_network or proxy without url", "they apply to remote servers only: set url, or remove them")
 		}
 		noNUL(key+".command", "the command", s.Command)
 		for j, a := range s.Args {

@@ -107,10 +107,11 @@ func (g *Gateway) newMCPServer(base policy.Principal, transport string, alive co
 		// The SDK keeps the subscriptions (and sends updates to them) once
 		// these allow them.
 		SubscribeHandler: func(ctx context.Context, req *mcp.SubscribeRequest) error {
-			return g.subscribeResource(withRequestMeta(ctx, req), subscriber(ctx, req), req.Params.URI, true)
+			return g.subscribeResource(withRequestMeta(ctx, req), subscriber(ctx, req), req.Session, req.Params.URI)
 		},
-		UnsubscribeHandler: func(ctx context.Context, req *mcp.UnsubscribeRequest) error {
-			return g.subscribeResource(withRequestMeta(ctx, req), subscriber(ctx, req), req.Params.URI, false)
+		UnsubscribeHandler: func(_ context.Context, req *mcp.UnsubscribeRequest) error {
+			g.endSubscriptions(req.Session, map[string]bool{req.Params.URI: true})
+			return nil
 		},
 	})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -263,21 +264,28 @@ func withRequestMeta(ctx context.Context, req mcp.Request) context.Context {
 	return context.WithValue(ctx, requestMetaKey{}, m)
 }
 
-// notifyListChanged makes s send list_changed notifications to its
-// sessions: the SDK sends them only when its own registry changes, so a
-// placeholder is added and removed (the gateway answers the lists itself;
-// the placeholder is never listed).
-// (Tools need no placeholder: registerTools changes the registry.)
-func notifyListChanged(s *mcp.Server, resources, prompts bool) {
+// notifyListChanged makes s send the list_changed notifications methods
+// names to its sessions: the SDK sends them only when its own registry
+// changes, so a placeholder is added and removed (the gateway answers the
+// lists itself; the placeholder is never listed). The SDK sends one
+// notification for changes close together.
+func notifyListChanged(s *mcp.Server, methods map[string]bool) {
 	const placeholder = "mcp-warden-list-changed"
-	if resources {
+	if methods["notifications/tools/list_changed"] {
+		s.AddTool(&mcp.Tool{Name: placeholder, InputSchema: json.RawMessage(`{"type":"object"}`)},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return nil, errNotIntercepted
+			})
+		s.RemoveTools(placeholder)
+	}
+	if methods["notifications/resources/list_changed"] {
 		s.AddResource(&mcp.Resource{Name: placeholder, URI: placeholder + ":"},
 			func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 				return nil, errNotIntercepted
 			})
 		s.RemoveResources(placeholder + ":")
 	}
-	if prompts {
+	if methods["notifications/prompts/list_changed"] {
 		s.AddPrompt(&mcp.Prompt{Name: placeholder},
 			func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 				return nil, errNotIntercepted
@@ -392,8 +400,9 @@ func (g *Gateway) streamableHandler(principal policy.Principal) http.Handler {
 	})
 }
 
-// sessionIdleTimeout ends legacy HTTP sessions a client abandoned.
-const sessionIdleTimeout = 30 * time.Minute
+// sessionIdleTimeout ends legacy HTTP sessions a client abandoned. (A
+// variable so that tests can see a session time out.)
+var sessionIdleTimeout = 30 * time.Minute
 
 func isModernRequest(r *http.Request) bool {
 	v := strings.TrimSpace(r.Header.Get("MCP-Protocol-Version"))

@@ -54,6 +54,9 @@ type Gateway struct {
 	// remoteHeaders are the headers sent to each remote server, secret
 	// values read from the host included.
 	remoteHeaders map[string]map[string]string
+	// remoteProxies are the proxies of the remote servers reached through
+	// one (see remoteHTTPClient).
+	remoteProxies map[string]*remoteProxy
 
 	// background runs work started by upstream notifications (re-listing);
 	// Close waits for it.
@@ -79,6 +82,7 @@ type Gateway struct {
 	faces   []*mcp.Server // the downstream MCP servers, told about list changes
 
 	listChanges listChangeRouting // which downstream session is owed which list_changed
+	sessionEnds sessionEnds       // ends the resource subscriptions of sessions gone
 }
 
 // ServerStatus reports how an upstream server's start went.
@@ -128,7 +132,7 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		opt(&o)
 	}
 	g := &Gateway{cfg: cfg, logger: o.logger, envs: map[string]map[string]string{}, envErrs: map[string]error{},
-		remoteHeaders: map[string]map[string]string{}}
+		remoteHeaders: map[string]map[string]string{}, remoteProxies: map[string]*remoteProxy{}}
 
 	var secrets []string
 	for _, sc := range cfg.Servers {
@@ -147,6 +151,18 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 			}
 			g.remoteHeaders[sc.Name] = headers
 			secrets = append(secrets, values...)
+			proxy, err := newRemoteProxy(sc.Proxy)
+			if err != nil {
+				g.envErrs[sc.Name] = fmt.Errorf("server %q: %w", sc.Name, err)
+				continue
+			}
+			if proxy != nil {
+				g.remoteProxies[sc.Name] = proxy
+				if proxy.password != "" {
+					secrets = append(secrets, proxy.password)
+				}
+				g.logger.Info("remote server reached through a proxy", "server", sc.Name, "proxy", proxy.shown)
+			}
 		}
 	}
 
@@ -561,6 +577,7 @@ func (g *Gateway) Close() error {
 	}
 	g.background.Wait() // closed upstreams make their work end at once
 	g.closeDownstreamSessions()
+	g.sessionEnds.wait()
 	g.warm.close()
 	err = errors.Join(err, g.declog.Close())
 	if c, ok := g.engine.(io.Closer); ok {
@@ -657,7 +674,8 @@ func (g *Gateway) upstreamChanged(u *upstream, tools, resources, prompts bool) {
 	}
 	g.mu.Unlock()
 	g.logger.Info("upstream lists changed", "server", u.cfg.Name, "tools", tools, "resources", resources, "prompts", prompts)
-	g.tellListsChanged(ctx, before, cat, u, tools, resources, prompts)
+	g.tellListsChanged(ctx, before, cat, listAnnouncement{server: u.cfg.Name, event: announcedListChanged, from: u,
+		tools: tools, resources: resources, prompts: prompts})
 }
 
 // addDownstreamServer records a downstream MCP server, to be told about

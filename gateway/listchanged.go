@@ -182,53 +182,101 @@ func changedItems[E any](before, after []E, key func(E) string) []E {
 	return out
 }
 
+// listAnnouncement is what made the gateway re-list: an upstream's
+// list_changed notification (the lists it named) or a server that stopped
+// or came back.
+type listAnnouncement struct {
+	server                    string
+	event                     string    // "list_changed", "server_stopped" or "server_started"
+	from                      *upstream // the announcing upstream of a list_changed; nil otherwise
+	tools, resources, prompts bool      // the lists that may have changed
+}
+
+// Events of listAnnouncement.
+const (
+	announcedListChanged   = "list_changed"
+	announcedServerStopped = "server_stopped"
+	announcedServerStarted = "server_started"
+)
+
+// auditNotes are the "custom" notes of the visibility checks made for a,
+// which no client asked for: an auditor tells them from a client's own
+// list by their purpose, and sees which announcement they were made for.
+func (a listAnnouncement) auditNotes() map[string]any {
+	var lists []any
+	for _, l := range []struct {
+		on   bool
+		name string
+	}{{a.tools, "tools"}, {a.resources, "resources"}, {a.prompts, "prompts"}} {
+		if l.on {
+			lists = append(lists, l.name)
+		}
+	}
+	return map[string]any{
+		"purpose":      "list_changed_routing",
+		"announcement": map[string]any{"server": a.server, "event": a.event, "lists": lists},
+	}
+}
+
 // routeListChanged decides, for each principal with a session on a
 // downstream server, whether any changed item is one it may see (before or
 // after the change), and marks its sessions owed the notifications of the
-// lists that changed for it. The decisions are logged as list decisions.
-func (g *Gateway) routeListChanged(ctx context.Context, ch listChanges) {
+// lists that changed for it. It returns the methods anyone is owed. The
+// decisions are logged as list decisions, noted as made for a (see
+// auditNotes).
+func (g *Gateway) routeListChanged(ctx context.Context, ch listChanges, a listAnnouncement) map[string]bool {
+	ctx = policy.WithEventNotes(ctx, a.auditNotes())
+	owed := map[string]bool{}
+	owe := func(sessions []*mcp.ServerSession, method string) {
+		g.listChanges.owe(sessions, method)
+		owed[method] = true
+	}
 	for _, sessions := range g.listChanges.sessionsByPrincipal(g.liveSessions()) {
 		p := g.listChanges.principalOf(sessions[0])
 		if len(exposed(ctx, g, p, policy.ActionToolsList, ch.tools, fillTool, func(*catalogEntry) bool { return true })) > 0 {
-			g.listChanges.owe(sessions, "notifications/tools/list_changed")
+			owe(sessions, "notifications/tools/list_changed")
 		}
 		if len(exposed(ctx, g, p, policy.ActionResourcesList, ch.resources, fillResource, func(*resourceEntry) bool { return true })) > 0 {
-			g.listChanges.owe(sessions, "notifications/resources/list_changed")
+			owe(sessions, "notifications/resources/list_changed")
 		}
 		if len(exposed(ctx, g, p, policy.ActionPromptsList, ch.prompts, fillPrompt, func(*promptEntry) bool { return true })) > 0 {
-			g.listChanges.owe(sessions, "notifications/prompts/list_changed")
+			owe(sessions, "notifications/prompts/list_changed")
 		}
 	}
+	return owed
 }
 
 // tellListsChanged tells the downstream sessions whose principal's lists
 // changed between before and after (routeListChanged decides which; the
 // others are never told, so they learn nothing of tools they cannot see),
-// and registers the new tool set with every downstream server. Resources and
-// prompts are announced only when they may have changed.
+// and registers the new tool set with every downstream server.
 //
-// from is the upstream that announced the change (nil for a server that
-// came or went): when its re-list shows no difference the gateway can see
-// (its state may differ per upstream session), the announcement is passed
-// on to the principals who may see at least one item of that kind of that
-// server, and to no one else.
-func (g *Gateway) tellListsChanged(ctx context.Context, before, after *catalog, from *upstream, tools, resources, prompts bool) {
+// When an upstream announced the change and its re-list shows no
+// difference the gateway can see (its state may differ per upstream
+// session), the announcement is passed on to the principals who may see at
+// least one item of that kind of that server, and to no one else.
+//
+// Every list a session is marked owed is then sent by the SDK to every
+// session (the sending middleware lets through the owed ones): a mark made
+// with no send to follow would let a later, unrelated notification through
+// to a session that must not get it.
+func (g *Gateway) tellListsChanged(ctx context.Context, before, after *catalog, a listAnnouncement) {
 	ch := diffCatalogs(before, after)
-	if from != nil {
-		if tools && len(ch.tools) == 0 {
+	if from := a.from; from != nil {
+		if a.tools && len(ch.tools) == 0 {
 			ch.tools = itemsOf(after.entries, from, func(e *catalogEntry) *upstream { return e.upstream })
 		}
-		if resources && len(ch.resources) == 0 {
+		if a.resources && len(ch.resources) == 0 {
 			ch.resources = itemsOf(slices.Concat(after.resources, after.templates), from, func(e *resourceEntry) *upstream { return e.upstream })
 		}
-		if prompts && len(ch.prompts) == 0 {
+		if a.prompts && len(ch.prompts) == 0 {
 			ch.prompts = itemsOf(after.prompts, from, func(e *promptEntry) *upstream { return e.upstream })
 		}
 	}
-	g.routeListChanged(ctx, ch)
+	owed := g.routeListChanged(ctx, ch, a)
 	for _, s := range g.downstreamServers() {
 		registerTools(s, before, after)
-		notifyListChanged(s, resources, prompts)
+		notifyListChanged(s, owed)
 	}
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -55,68 +56,150 @@ func (g *Gateway) ReadResource(ctx context.Context, principal policy.Principal, 
 	return res, nil
 }
 
-// SubscribeResource subscribes principal's session to updates of uri: a
-// subscription is allowed exactly when a read would be.
-func (g *Gateway) subscribeResource(ctx context.Context, principal policy.Principal, uri string, subscribe bool) error {
+// subscribeResource subscribes the request's downstream session to updates
+// of uri for principal: a subscription is allowed exactly when a read would
+// be. The session's subscriptions end with it, however it ends.
+func (g *Gateway) subscribeResource(ctx context.Context, principal policy.Principal, ss *mcp.ServerSession, uri string) error {
 	e, err := g.allowResource(ctx, principal, uri)
 	if err != nil {
 		return err
 	}
-	if !subscribe {
-		// A 2026-07-28 subscription ends with its listen request, whose
-		// context is done by then: the unsubscription must still go out.
-		ctx = context.WithoutCancel(ctx)
+	if err := e.upstream.subscriptions.add(ss, uri, func() error {
+		return upstreamSubscription(ctx, e.upstream, uri, true)
+	}); err != nil {
+		return upstreamError(e.upstream, err)
 	}
-	return upstreamError(e.upstream, e.upstream.subscriptions.change(uri, subscribe, func() error {
-		_, err := forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, _ mcp.Meta) (struct{}, error) {
-			if subscribe {
-				return struct{}{}, s.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
-			}
-			return struct{}{}, s.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
-		})
-		return err
-	}))
-}
-
-// subscriptionCounts counts the downstream subscriptions to each URI of one
-// upstream: the upstream holds one subscription for all of them, made by
-// the first and ended by the last, so that one client unsubscribing does
-// not stop another's updates.
-type subscriptionCounts struct {
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-// change counts one subscription to uri in or out, and calls send when
-// that starts or ends the upstream's subscription (a failed send undoes
-// the count).
-func (c *subscriptionCounts) change(uri string, subscribe bool, send func() error) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.counts == nil {
-		c.counts = map[string]int{}
-	}
-	n := c.counts[uri]
-	switch {
-	case subscribe && n > 0:
-		c.counts[uri]++
-		return nil
-	case !subscribe && n == 0: // not subscribed: nothing to end
-		return nil
-	case !subscribe && n > 1:
-		c.counts[uri]--
-		return nil
-	}
-	if err := send(); err != nil && subscribe {
-		return err
-	}
-	if subscribe {
-		c.counts[uri] = 1
-	} else {
-		delete(c.counts, uri)
-	}
+	g.sessionEnds.watch(ss, func() { g.endSubscriptions(ss, nil) })
 	return nil
 }
+
+// endSubscriptions ends the downstream session's subscriptions to the URIs
+// in only (every one when only is nil). Ending one decides nothing: it
+// reveals nothing and must not fail, whatever policy says of the resource
+// by now. A 2026-07-28 subscription ends with its listen request, whose
+// context is done by then, and a session gone has none: the upstream's
+// unsubscription runs on a context of its own.
+func (g *Gateway) endSubscriptions(ss *mcp.ServerSession, only map[string]bool) {
+	g.mu.RLock()
+	ups, closed := slices.Clone(g.upstreams), g.closed
+	g.mu.RUnlock()
+	for _, u := range ups {
+		u.subscriptions.end(ss, only, func(uri string) {
+			if closed { // the upstreams are stopped, their subscriptions with them
+				return
+			}
+			if err := upstreamSubscription(context.Background(), u, uri, false); err != nil {
+				g.logger.Warn("resources/unsubscribe failed", "server", u.cfg.Name, "uri", uri, "error", err)
+			}
+		})
+	}
+}
+
+// upstreamSubscription subscribes u to uri, or unsubscribes it. It always
+// goes over the legacy link, whatever the era of the downstream request
+// that starts or ends it, so that the unsubscription reaches the session
+// that holds the subscription.
+func upstreamSubscription(ctx context.Context, u *upstream, uri string, subscribe bool) error {
+	ctx = context.WithValue(ctx, requestMetaKey{}, requestMeta{})
+	_, err := forward(ctx, u, func(ctx context.Context, s *mcp.ClientSession, _ mcp.Meta) (struct{}, error) {
+		if subscribe {
+			return struct{}{}, s.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+		}
+		return struct{}{}, s.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
+	})
+	return err
+}
+
+// resourceSubscriptions are the downstream sessions subscribed to each
+// resource URI of one upstream. The upstream holds one subscription for all
+// of them, made by the first and ended by the last (of either era), so
+// that one client unsubscribing or going away does not stop another's
+// updates, and the last one gone does not leave the upstream subscribed.
+type resourceSubscriptions struct {
+	mu       sync.Mutex
+	sessions map[string]map[*mcp.ServerSession]bool // URI → subscribed sessions
+}
+
+// add subscribes ss to uri, calling subscribe first when no session was
+// (its failure is add's, and subscribes nobody). A session subscribing
+// again is subscribed once.
+func (r *resourceSubscriptions) add(ss *mcp.ServerSession, uri string, subscribe func() error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.sessions[uri]) == 0 {
+		if err := subscribe(); err != nil {
+			return err
+		}
+	}
+	if r.sessions == nil {
+		r.sessions = map[string]map[*mcp.ServerSession]bool{}
+	}
+	if r.sessions[uri] == nil {
+		r.sessions[uri] = map[*mcp.ServerSession]bool{}
+	}
+	r.sessions[uri][ss] = true
+	return nil
+}
+
+// end ends ss's subscriptions to the URIs in only (every one when only is
+// nil), calling unsubscribe for each URI no session is subscribed to any
+// more.
+func (r *resourceSubscriptions) end(ss *mcp.ServerSession, only map[string]bool, unsubscribe func(uri string)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uri, sessions := range r.sessions {
+		if (only != nil && !only[uri]) || !sessions[ss] {
+			continue
+		}
+		delete(sessions, ss)
+		if len(sessions) == 0 {
+			delete(r.sessions, uri)
+			unsubscribe(uri)
+		}
+	}
+}
+
+// sessionEnds runs a function when a downstream session ends, whatever
+// ends it: a DELETE, a session timeout, a dropped stdio or SSE client, the
+// end of a 2026-07-28 request, the gateway closing. The SDK tells nothing
+// of a session's end but to ServerSession.Wait, so each watched session
+// has a goroutine waiting; Close waits for them once every session is
+// closed.
+type sessionEnds struct {
+	mu      sync.Mutex
+	watched map[*mcp.ServerSession]bool
+	wg      sync.WaitGroup
+}
+
+// watch runs ended once ss has ended, unless ss is watched already. A
+// session watched after its end (a request that raced it) is ended at
+// once: Wait returns at once on a closed session.
+func (w *sessionEnds) watch(ss *mcp.ServerSession, ended func()) {
+	if ss == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.watched[ss] {
+		return
+	}
+	if w.watched == nil {
+		w.watched = map[*mcp.ServerSession]bool{}
+	}
+	w.watched[ss] = true
+	w.wg.Go(func() {
+		_ = ss.Wait()
+		// Forgotten before ended runs: what is added after this point
+		// starts a new watch, what was added before, ended sees.
+		w.mu.Lock()
+		delete(w.watched, ss)
+		w.mu.Unlock()
+		ended()
+	})
+}
+
+// wait waits until every watched session has ended and been handled.
+func (w *sessionEnds) wait() { w.wg.Wait() }
 
 // allowResource finds what serves uri and decides the read.
 func (g *Gateway) allowResource(ctx context.Context, principal policy.Principal, uri string) (*resourceEntry, error) {

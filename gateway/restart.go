@@ -236,7 +236,7 @@ func (g *Gateway) markDown(ctx context.Context, u *upstream, reason error) bool 
 	g.setStatusLocked(ServerStatus{Name: u.cfg.Name, Err: fmt.Errorf("server exited: %w", reason)})
 	g.mu.Unlock()
 	_ = u.close()
-	g.tellListsChanged(ctx, before, cat, nil, true, true, true)
+	g.tellListsChanged(ctx, before, cat, listAnnouncement{server: u.cfg.Name, event: announcedServerStopped, tools: true, resources: true, prompts: true})
 	return true
 }
 
@@ -261,7 +261,7 @@ func (g *Gateway) markUp(ctx context.Context, nu *upstream) bool {
 	nu.mu.RUnlock()
 	g.setStatusLocked(ServerStatus{Name: nu.cfg.Name, Running: true, Tools: tools})
 	g.mu.Unlock()
-	g.tellListsChanged(ctx, before, cat, nil, true, true, true)
+	g.tellListsChanged(ctx, before, cat, listAnnouncement{server: nu.cfg.Name, event: announcedServerStarted, tools: true, resources: true, prompts: true})
 	return true
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,4 +87,92 @@ func TestE2EResourceSubscriptionsBothEras(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(answer), `"error"`, "refused")
 	assert.Contains(t, string(answer), "not found", "a hidden resource is answered as a missing one")
+}
+
+// TestE2EGoneSessionsEndUpstreamSubscriptions: downstream sessions that go
+// away without unsubscribing — a 2025-11-25 session DELETEd, one timed
+// out, an HTTP+SSE client disconnected, a stdio client gone, a 2026-07-28
+// listen stream closed — give up their subscriptions: the upstream keeps
+// its one subscription to a URI while any session of either era holds one,
+// and is sent resources/unsubscribe when the last is gone. The upstream
+// (the lister fixture) writes every subscribe and unsubscribe it receives
+// to its stderr, which the gateway logs.
+func TestE2EGoneSessionsEndUpstreamSubscriptions(t *testing.T) {
+	defer func(d time.Duration) { sessionIdleTimeout = d }(sessionIdleTimeout)
+	sessionIdleTimeout = 2 * time.Second
+	l := startLister(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const watched = "test://watched"
+	const wait, tick = 15 * time.Second, 10 * time.Millisecond
+	// received says whether the upstream has received so many subscribes
+	// and unsubscribes of the watched resource.
+	received := func(subscribes, unsubscribes int) func() bool {
+		return func() bool {
+			log := l.oplog.String()
+			u := strings.Count(log, `"unsubscribed `+watched+`"`)
+			return strings.Count(log, `"subscribed `+watched+`"`) == subscribes && u == unsubscribes
+		}
+	}
+	connect := func(tr mcp.Transport, version string) *mcp.ClientSession {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "subscriber"}, nil).Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: version})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cs.Close() })
+		return cs
+	}
+	httpClient := &http.Client{Transport: bearer{bobToken}}
+	legacy := func() *mcp.ClientSession {
+		return connect(&mcp.StreamableClientTransport{Endpoint: l.url + "/mcp", HTTPClient: httpClient}, legacyProtocolVersion)
+	}
+	subscribe := func(cs *mcp.ClientSession) {
+		require.NoError(t, cs.Subscribe(ctx, &mcp.SubscribeParams{URI: watched}))
+	}
+
+	deleted := legacy()
+	res, err := deleted.CallTool(ctx, &mcp.CallToolParams{Name: "add_resource", Arguments: map[string]any{"name": "watched"}})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	require.Eventually(t, func() bool {
+		rs, err := deleted.ListResources(ctx, nil)
+		return err == nil && len(rs.Resources) > 0 && rs.Resources[0].URI == watched
+	}, wait, tick, "the gateway re-listed the upstream's resources")
+	subscribe(deleted)
+	require.Eventually(t, received(1, 0), wait, tick, "the first subscriber subscribes the upstream")
+
+	sse := connect(&mcp.SSEClientTransport{Endpoint: l.url + "/sse", HTTPClient: httpClient}, "")
+	subscribe(sse)
+	stdioClient, stdioServer := mcp.NewInMemoryTransports()
+	served := make(chan error, 1)
+	go func() { served <- l.g.Serve(ctx, stdioServer, policy.Principal{ID: "bob"}) }()
+	stdio := connect(stdioClient, legacyProtocolVersion)
+	subscribe(stdio)
+	modern := connect(&mcp.StreamableClientTransport{Endpoint: l.url + "/mcp", HTTPClient: httpClient}, modernProtocolVersion)
+	subscribe(modern)
+	subscribe(deleted) // again: still one subscription of this session
+	time.Sleep(300 * time.Millisecond)
+	require.True(t, received(1, 0)(), "later subscribers share the upstream's subscription")
+
+	for _, gone := range []struct {
+		what string
+		end  func()
+	}{
+		{"a legacy session DELETEd", func() { require.NoError(t, deleted.Close()) }},
+		{"an HTTP+SSE client disconnected", func() { require.NoError(t, sse.Close()) }},
+		{"a stdio client gone", func() {
+			require.NoError(t, stdio.Close())
+			require.NoError(t, <-served)
+		}},
+	} {
+		gone.end()
+		time.Sleep(300 * time.Millisecond) // room for a wrong unsubscription
+		assert.True(t, received(1, 0)(), "%s: the others keep the upstream subscribed", gone.what)
+	}
+	require.NoError(t, modern.Close()) // its listen stream ends
+	require.Eventually(t, received(1, 1), wait, tick, "the last subscriber gone, the upstream is unsubscribed")
+
+	// A session left idle until it times out gives its subscription up too.
+	idle := legacy()
+	subscribe(idle)
+	require.Eventually(t, received(2, 1), wait, tick)
+	require.Eventually(t, received(2, 2), wait, tick, "a timed-out session's subscription ends")
 }

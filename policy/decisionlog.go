@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,25 @@ func (ev *Event) note(key, value string) {
 		ev.Custom = map[string]any{}
 	}
 	ev.Custom[key] = value
+}
+
+type eventNotesKey struct{}
+
+// WithEventNotes returns ctx carrying notes that every decision event
+// logged under it holds in its "custom" member (next to notes of the log's
+// own): what made the gateway decide when no client asked, for example.
+// Values must be of the types encoding/json decodes into (string, bool,
+// float64, []any, map[string]any, nil). Notes given under a ctx that
+// already carries some are added to them; a key given again replaces its
+// value.
+func WithEventNotes(ctx context.Context, notes map[string]any) context.Context {
+	if outer, ok := ctx.Value(eventNotesKey{}).(map[string]any); ok {
+		merged := make(map[string]any, len(outer)+len(notes))
+		maps.Copy(merged, outer)
+		maps.Copy(merged, notes)
+		notes = merged
+	}
+	return context.WithValue(ctx, eventNotesKey{}, notes)
 }
 
 // BundleRevision is the revision of the policy an event was decided with.
@@ -411,6 +431,14 @@ func (l *DecisionLog) newRepeatEvent(first *Input, m *listMemo, took, eval time.
 // record went: nothing when the event was dropped. With FailOpen a failure
 // is reported to the logger and not returned.
 func (l *DecisionLog) write(ctx context.Context, ev *Event, onlyInFile uint64) (auditlog.Appended, error) {
+	if notes, ok := ctx.Value(eventNotesKey{}).(map[string]any); ok {
+		for k, v := range notes {
+			if ev.Custom == nil {
+				ev.Custom = make(map[string]any, len(notes))
+			}
+			ev.Custom[k] = v
+		}
+	}
 	at, err := l.append(ctx, ev, onlyInFile)
 	if err != nil && l.failOpen && !errors.Is(err, auditlog.ErrOtherFile) {
 		l.logger.Error("decision log write failed; decision released (fail-open configured)",

@@ -313,3 +313,21 @@ func keys[V any](m map[string]V) []string {
 	}
 	return out
 }
+
+// TestEventNotesReachCustom: notes put on a context land in the "custom"
+// member of every event logged under it, single decisions and lists alike;
+// notes added under notes merge with them; other events carry none.
+func TestEventNotesReachCustom(t *testing.T) {
+	d, buf := newDecider(t, rego.Default(), serverData, policy.DecisionLogOptions{})
+	ctx := policy.WithEventNotes(context.Background(), map[string]any{"purpose": "test", "kept": "outer"})
+	ctx = policy.WithEventNotes(ctx, map[string]any{"purpose": "inner", "lists": []any{"tools"}})
+	d.Decide(ctx, input(policy.ActionToolsCall, "read_file", nil))
+	d.DecideExposure(ctx, []policy.Input{input(policy.ActionToolsList, "read_file", nil), input(policy.ActionToolsList, "list", nil)})
+	d.Decide(context.Background(), input(policy.ActionToolsCall, "read_file", nil))
+	evs := events(t, buf)
+	require.Len(t, evs, 3)
+	want := map[string]any{"purpose": "inner", "kept": "outer", "lists": []any{"tools"}}
+	assert.Equal(t, want, evs[0]["custom"], "a single decision carries the notes")
+	assert.Equal(t, want, evs[1]["custom"], "a list decision carries the notes")
+	assert.NotContains(t, evs[2], "custom", "a decision made without notes has none")
+}

@@ -6,6 +6,10 @@
 //     notifications/tools/list_changed); remove_tool {"name"} removes it.
 //   - add_prompt {"name"}: adds a prompt of that name
 //     (notifications/prompts/list_changed).
+//   - add_resource {"name"}: adds the resource test://<name>
+//     (notifications/resources/list_changed); remove_resource {"name"}
+//     removes it. Every resources/subscribe and resources/unsubscribe is
+//     written to stderr as "subscribed <uri>" / "unsubscribed <uri>".
 //   - roots: sends roots/list to the client and answers with the root URIs
 //     it got, one per line, or "error: <error>".
 //   - roots_later: answers at once, then, with no call of the client's in
@@ -41,7 +45,16 @@ func rootsOf(res *mcp.ListRootsResult, err error) string {
 func main() {
 	log.SetFlags(0)
 	s := mcp.NewServer(&mcp.Implementation{Name: "lister", Version: "1"}, &mcp.ServerOptions{
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}, Prompts: &mcp.PromptCapabilities{ListChanged: true}},
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}, Prompts: &mcp.PromptCapabilities{ListChanged: true},
+			Resources: &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true}},
+		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error {
+			log.Printf("subscribed %s", req.Params.URI)
+			return nil
+		},
+		UnsubscribeHandler: func(_ context.Context, req *mcp.UnsubscribeRequest) error {
+			log.Printf("unsubscribed %s", req.Params.URI)
+			return nil
+		},
 	})
 	nameOf := func(req *mcp.CallToolRequest) string {
 		var args struct{ Name string }
@@ -67,6 +80,17 @@ func main() {
 			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: name}}}}, nil
 		})
 		return done("added " + name), nil
+	})
+	s.AddTool(&mcp.Tool{Name: "add_resource", InputSchema: nameSchema}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		uri := "test://" + nameOf(req)
+		s.AddResource(&mcp.Resource{Name: nameOf(req), URI: uri}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, Text: uri}}}, nil
+		})
+		return done("added " + uri), nil
+	})
+	s.AddTool(&mcp.Tool{Name: "remove_resource", InputSchema: nameSchema}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		s.RemoveResources("test://" + nameOf(req))
+		return done("removed test://" + nameOf(req)), nil
 	})
 	s.AddPrompt(&mcp.Prompt{Name: "greeting"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 		return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "hello"}}}}, nil
