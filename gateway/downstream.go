@@ -107,6 +107,9 @@ func (g *Gateway) newMCPServer(base policy.Principal, transport string, alive co
 	var s *mcp.Server
 	s = mcp.NewServer(&mcp.Implementation{Name: "mcp-warden", Version: Version}, &mcp.ServerOptions{
 		Capabilities: downstreamCapabilities,
+		// A client's changed roots are announced to the servers that may
+		// have asked for them.
+		RootsListChangedHandler: g.rootsChangedHandler,
 		// The SDK keeps the subscriptions (and sends updates to them) once
 		// these allow them.
 		SubscribeHandler: func(ctx context.Context, req *mcp.SubscribeRequest) error {
