@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcp-warden/mcp-warden/policy"
+	"github.com/mcp-warden/mcp-warden/rego"
 	"github.com/mcp-warden/mcp-warden/testdata/testenv"
 )
 
@@ -208,4 +211,72 @@ func TestE2EHeldCallsAreBoundAndBounded(t *testing.T) {
 	_, err = retry(bob, "two__confirm", args, bobs.RequestState)
 	require.ErrorContains(t, err, "unknown or expired requestState")
 	assert.Zero(t, g.inputs.heldCount())
+}
+
+// switchedEngine evaluates with one of two real policies, switched while
+// the gateway runs: the retry of a held call meets a policy that changed
+// since the call began (as a time-bound rule would).
+type switchedEngine struct {
+	allow, deny policy.Engine
+	denying     atomic.Bool
+}
+
+func (e *switchedEngine) current() policy.Engine {
+	if e.denying.Load() {
+		return e.deny
+	}
+	return e.allow
+}
+
+func (e *switchedEngine) Evaluate(ctx context.Context, input []byte) (any, error) {
+	return e.current().Evaluate(ctx, input)
+}
+
+func (e *switchedEngine) Revision() string { return e.current().Revision() }
+
+// TestE2EHeldCallRetryIsDecidedAfresh: each retry of a held call is a
+// tools/call decided by policy and logged; one the policy now denies gets
+// the denial, and the held call is cancelled on the server.
+func TestE2EHeldCallRetryIsDecidedAfresh(t *testing.T) {
+	g, url, oplog, declog := askerGateway(t, InputRequestsConfig{}, "asker")
+	allowAll, err := rego.Load(filepath.Join(testenv.RepoRoot(t), "testdata", "policies", "allow-all"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "deny.rego"), []byte(
+		"package mcp.warden\n\ndecision := {\"allow\": false, \"reason\": \"switched to denying\"}\n"), 0o600))
+	denyAll, err := rego.Load(dir)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sw := &switchedEngine{}
+	sw.allow, err = policy.NewRegoEngine(ctx, allowAll, nil)
+	require.NoError(t, err)
+	sw.deny, err = policy.NewRegoEngine(ctx, denyAll, nil)
+	require.NoError(t, err)
+	g.decider = policy.NewDecider(sw, g.declog) // before the first request
+
+	cs := modernClient(t, ctx, url, aliceToken, &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }})
+	args := map[string]any{"question": "deploy?"}
+	first := firstRound(t, ctx, cs, "confirm", args)
+	answers := mcp.InputResponseMap{}
+	for k := range first.InputRequests {
+		answers[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}
+	}
+	sw.denying.Store(true)
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "confirm", Arguments: args, InputResponses: answers, RequestState: first.RequestState})
+	require.NoError(t, err)
+	assert.True(t, res.IsError)
+	assert.Contains(t, text(t, res), "denied by policy: switched to denying")
+	waitLine(t, oplog, "confirm cancelled")
+	assert.Zero(t, g.inputs.heldCount())
+
+	calls := toolCalls(t, declog, "confirm")
+	require.Len(t, calls, 2)
+	assert.Equal(t, true, calls[0]["result"].(map[string]any)["allow"])
+	assert.Equal(t, false, calls[1]["result"].(map[string]any)["allow"])
+
+	sw.denying.Store(false)
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "confirm", Arguments: args, InputResponses: answers, RequestState: first.RequestState})
+	require.ErrorContains(t, err, "unknown or expired requestState", "the denied call is gone")
 }
