@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -93,6 +94,9 @@ var errUnknownRequestState = &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Mes
 var errHeldCallsExhausted = errors.New("mcp-warden: too many calls waiting for client input; retry later")
 
 func newInputBridge(cfg InputRequestsConfig, logger *slog.Logger) *inputBridge {
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultInputTimeout)
+	cfg.MaxPerPrincipal = cmp.Or(cfg.MaxPerPrincipal, DefaultMaxHeldPerPrincipal)
+	cfg.MaxHeld = cmp.Or(cfg.MaxHeld, DefaultMaxHeld)
 	return &inputBridge{cfg: cfg, logger: logger, live: map[*bridgedCall]bool{},
 		parked: map[string]*bridgedCall{}, perPrincipal: map[string]int{}}
 }

@@ -95,9 +95,6 @@ func (c *Config) SetDefaults() {
 	c.Naming = cmp.Or(c.Naming, NamingPrefix)
 	c.Policy.Engine = cmp.Or(c.Policy.Engine, policy.EngineRego)
 	c.Principal.ID = cmp.Or(c.Principal.ID, DefaultPrincipalID)
-	c.InputRequests.Timeout = cmp.Or(c.InputRequests.Timeout, DefaultInputTimeout)
-	c.InputRequests.MaxPerPrincipal = cmp.Or(c.InputRequests.MaxPerPrincipal, DefaultMaxHeldPerPrincipal)
-	c.InputRequests.MaxHeld = cmp.Or(c.InputRequests.MaxHeld, DefaultMaxHeld)
 	for i := range c.Servers {
 		c.Servers[i].CallTimeout = cmp.Or(c.Servers[i].CallTimeout, DefaultCallTimeout)
 	}
