@@ -41,6 +41,10 @@ type Config struct {
 	// Metrics says where Prometheus metrics are served. Empty means
 	// nowhere.
 	Metrics MetricsConfig `yaml:"metrics" json:"metrics"`
+	// InputRequests bounds the tools/call of 2026-07-28 clients that a
+	// server of an older era asks for input while serving (see
+	// InputRequestsConfig). Empty means the defaults.
+	InputRequests InputRequestsConfig `yaml:"input_requests" json:"input_requests"`
 
 	// source names where the config was read from, for error messages.
 	source string
@@ -338,6 +342,31 @@ type JWTConfig struct {
 	// certificates carry no scopes and are not checked.
 	RequiredScopes []string `yaml:"required_scopes" json:"required_scopes"`
 }
+
+// InputRequestsConfig bounds the calls the gateway holds for 2026-07-28
+// clients: when a server that speaks only an older era sends elicitation,
+// sampling or roots requests during such a client's tools/call, the
+// gateway answers the client with an input_required result and keeps the
+// server's call open until the client retries with its answers.
+type InputRequestsConfig struct {
+	// Timeout is how long a held call waits for the client's retry before
+	// it is cancelled on the server. Zero means DefaultInputTimeout.
+	Timeout time.Duration `yaml:"timeout" json:"timeout"`
+	// MaxPerPrincipal is how many calls one principal may have held at
+	// once; a server's request beyond it is refused. Zero means
+	// DefaultMaxHeldPerPrincipal.
+	MaxPerPrincipal int `yaml:"max_per_principal" json:"max_per_principal"`
+	// MaxHeld is how many calls all principals together may have held.
+	// Zero means DefaultMaxHeld.
+	MaxHeld int `yaml:"max_held" json:"max_held"`
+}
+
+// Defaults of InputRequestsConfig.
+const (
+	DefaultInputTimeout        = 2 * time.Minute
+	DefaultMaxHeldPerPrincipal = 8
+	DefaultMaxHeld             = 256
+)
 
 // DefaultCallTimeout bounds a tools/call when the server sets no CallTimeout.
 const DefaultCallTimeout = 60 * time.Second

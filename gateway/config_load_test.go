@@ -94,8 +94,9 @@ func TestLoadConfigValidYAML(t *testing.T) {
 			Upload: DecisionLogUploadConfig{URL: "https://logs.example.com/v1", BufferEvents: 5000, Interval: 5 * time.Second}},
 		Listeners: []ListenerConfig{{Stdio: true}, {HTTP: "127.0.0.1:8080", TLS: &ListenerTLSConfig{
 			CertFile: "/etc/mcp-warden/tls.crt", KeyFile: "/etc/mcp-warden/tls.key", ClientCAFile: "/etc/mcp-warden/client-ca.pem"}}},
-		Metrics:   MetricsConfig{HTTP: "127.0.0.1:9464"},
-		Principal: PrincipalConfig{ID: "alice", Claims: map[string]any{"team": "platform", "level": 3}},
+		Metrics:       MetricsConfig{HTTP: "127.0.0.1:9464"},
+		InputRequests: InputRequestsConfig{Timeout: 90 * time.Second, MaxPerPrincipal: 4, MaxHeld: 100},
+		Principal:     PrincipalConfig{ID: "alice", Claims: map[string]any{"team": "platform", "level": 3}},
 		Auth: AuthConfig{
 			Resource: "https://mcp.example.com/mcp",
 			APIKeys:  []APIKeyConfig{{ID: "ci-bot", SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Claims: map[string]any{"team": "ci"}}},

@@ -280,6 +280,15 @@ func (c *Config) validate() []*ConfigError {
 	}
 
 	c.Auth.validate(bad)
+	if c.InputRequests.Timeout < 0 {
+		bad("input_requests.timeout", fmt.Sprintf("%s is negative", c.InputRequests.Timeout), `write a duration such as "2m", or leave it out for the default`)
+	}
+	if c.InputRequests.MaxPerPrincipal < 0 {
+		bad("input_requests.max_per_principal", fmt.Sprintf("%d is negative", c.InputRequests.MaxPerPrincipal), "write a positive number, or leave it out for the default")
+	}
+	if c.InputRequests.MaxHeld < 0 {
+		bad("input_requests.max_held", fmt.Sprintf("%d is negative", c.InputRequests.MaxHeld), "write a positive number, or leave it out for the default")
+	}
 	if c.Metrics.HTTP != "" {
 		if problem := httpAddrProblem(c.Metrics.HTTP); problem != "" {
 			bad("metrics.http", fmt.Sprintf("%q is not a host:port address (%s)", c.Metrics.HTTP, problem), `write host:port, e.g. "127.0.0.1:9464"`)

@@ -81,6 +81,10 @@ func TestConfigValidate(t *testing.T) {
 			"decision_log.on_error", `"ignore" is not deny or allow`, "fail open"},
 		{"upload url", func(c *Config) { c.DecisionLog.Upload.URL = "logs.example.com" },
 			"decision_log.upload.url", `"logs.example.com" is not an http(s) URL`, "<url>/logs"},
+		{"input timeout", func(c *Config) { c.InputRequests.Timeout = -time.Second },
+			"input_requests.timeout", "-1s is negative", "2m"},
+		{"held calls", func(c *Config) { c.InputRequests.MaxHeld = -1 },
+			"input_requests.max_held", "-1 is negative", "positive"},
 		{"metrics address", func(c *Config) { c.Metrics.HTTP = "9464" },
 			"metrics.http", `"9464" is not a host:port address (missing port in address)`, "127.0.0.1:9464"},
 		{"upload token in clear", func(c *Config) {

@@ -41,6 +41,9 @@ type requestMeta struct {
 	// MRTR retry fields of a tools/call (2026-07-28).
 	inputResponses mcp.InputResponseMap
 	requestState   string
+
+	caps   *mcp.ClientCapabilities // a 2026-07-28 request's declared client capabilities
+	bridge *bridgedCall            // set on the server call of a bridged tools/call (bridge.go)
 }
 
 type requestMetaKey struct{}
@@ -104,6 +107,9 @@ func (g *Gateway) newMCPServer(base policy.Principal, transport string, alive co
 	var s *mcp.Server
 	s = mcp.NewServer(&mcp.Implementation{Name: "mcp-warden", Version: Version}, &mcp.ServerOptions{
 		Capabilities: downstreamCapabilities,
+		// A client's changed roots are announced to the servers that may
+		// have asked for them.
+		RootsListChangedHandler: g.rootsChangedHandler,
 		// The SDK keeps the subscriptions (and sends updates to them) once
 		// these allow them.
 		SubscribeHandler: func(ctx context.Context, req *mcp.SubscribeRequest) error {
@@ -251,6 +257,11 @@ func withRequestMeta(ctx context.Context, req mcp.Request) context.Context {
 	}
 	if v, ok := req.(interface{ ProtocolVersion() string }); ok {
 		m.modern = v.ProtocolVersion() >= modernProtocolVersion
+	}
+	if v, ok := req.(interface {
+		ClientCapabilities() *mcp.ClientCapabilities
+	}); ok && m.modern {
+		m.caps = v.ClientCapabilities()
 	}
 	if p := req.GetParams(); p != nil && !reflect.ValueOf(p).IsNil() {
 		m.meta = p.GetMeta()

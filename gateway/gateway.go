@@ -83,6 +83,8 @@ type Gateway struct {
 
 	listChanges listChangeRouting // which downstream session is owed which list_changed
 	sessionEnds sessionEnds       // ends the resource subscriptions of sessions gone
+
+	inputs *inputBridge // tools/call of 2026-07-28 clients held for their input (bridge.go)
 }
 
 // ServerStatus reports how an upstream server's start went.
@@ -133,6 +135,7 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, logger: o.logger, envs: map[string]map[string]string{}, envErrs: map[string]error{},
 		remoteHeaders: map[string]map[string]string{}, remoteProxies: map[string]*remoteProxy{}}
+	g.inputs = newInputBridge(cfg.InputRequests, o.logger)
 
 	var secrets []string
 	for _, sc := range cfg.Servers {
@@ -499,6 +502,8 @@ func (g *Gateway) CallTool(ctx context.Context, principal policy.Principal, name
 	}
 	d := g.decide(ctx, principal, policy.Input{Action: policy.ActionToolsCall, Server: e.server, Tool: e.input, Arguments: args})
 	if !d.Allow {
+		// A retry the policy now denies ends the call held for it.
+		g.inputs.drop(requestMetaFrom(ctx).requestState, principal)
 		if d.Hidden {
 			return nil, unknownToolError(name)
 		}
@@ -507,11 +512,21 @@ func (g *Gateway) CallTool(ctx context.Context, principal policy.Principal, name
 	if args == nil {
 		args = map[string]any{} // servers reject a null arguments object
 	}
-	down := requestMetaFrom(ctx)
-	res, err := forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.CallToolResult, error) {
-		return s.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: e.tool.Name, Arguments: args,
-			InputResponses: down.inputResponses, RequestState: down.requestState})
-	})
+	call := func(ctx context.Context) (*mcp.CallToolResult, error) {
+		return forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.CallToolResult, error) {
+			down := requestMetaFrom(ctx)
+			return s.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: e.tool.Name, Arguments: args,
+				InputResponses: down.inputResponses, RequestState: down.requestState})
+		})
+	}
+	var res *mcp.CallToolResult
+	if down := requestMetaFrom(ctx); down.modern && e.upstream.modern == nil {
+		// A server of an older era asks a 2026-07-28 client for input
+		// through the gateway, which holds the call between round trips.
+		res, err = g.inputs.call(ctx, principal, name, args, g.inBackground, call)
+	} else {
+		res, err = call(ctx)
+	}
 	if err == nil {
 		stripServerInfo(res)
 	}
@@ -565,6 +580,7 @@ func (g *Gateway) Close() error {
 		return nil
 	}
 	g.closed = true
+	g.inputs.close()
 	g.supervisor.stop()
 	g.backgroundMu.Lock()
 	g.backgroundClosed = true
@@ -596,17 +612,18 @@ func (g *Gateway) closeUpstreamsLocked() error {
 	return errors.Join(errs...)
 }
 
-// inBackground runs fn on its own goroutine unless the gateway is closed;
-// Close waits for every such goroutine.
-func (g *Gateway) inBackground(fn func()) {
+// inBackground runs fn on its own goroutine unless the gateway is closed
+// (then it reports false); Close waits for every such goroutine.
+func (g *Gateway) inBackground(fn func()) bool {
 	// Not g.mu: this runs on upstream read loops, which Close waits for
 	// while holding g.mu.
 	g.backgroundMu.Lock()
 	defer g.backgroundMu.Unlock()
 	if g.backgroundClosed {
-		return
+		return false
 	}
 	g.background.Go(fn)
+	return true
 }
 
 // instanceID names this gateway process in decision-log labels.

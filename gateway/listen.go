@@ -108,6 +108,8 @@ func (g *Gateway) shutdownHTTP(servers []*http.Server) {
 	for _, srv := range servers {
 		wg.Go(func() { _ = srv.Shutdown(ctx) })
 	}
+	// No retry can arrive for a call held for a client's input any more.
+	g.inputs.cancelParked()
 	g.inflight.wait(ctx)
 	for _, srv := range servers {
 		_ = srv.Close()

@@ -51,6 +51,9 @@ func (r *callRegistry) progress(ctx context.Context, p *mcp.ProgressNotification
 	r.mu.Lock()
 	m, ok := r.calls[id]
 	r.mu.Unlock()
+	if ok {
+		m, ok = m.now()
+	}
 	if !ok || m.session == nil || m.progressToken == nil {
 		return
 	}
@@ -73,15 +76,39 @@ func (r *callRegistry) caller() (requestMeta, bool) {
 			return requestMeta{}, false
 		case found.session == nil:
 			found = m
-		case found.session != m.session:
+		case found.client() != m.client():
 			return requestMeta{}, false
 		}
 	}
 	return found, found.session != nil
 }
 
+// client is who a request in flight is for: the downstream session, or
+// for a bridged call (whose rounds arrive in sessions of their own) the
+// call.
+func (m requestMeta) client() any {
+	if m.bridge != nil {
+		return m.bridge
+	}
+	return m.session
+}
+
+// now is the downstream request a message of the server's goes to: for a
+// bridged call, the round being answered (none while the call waits for
+// the client's retry).
+func (m requestMeta) now() (requestMeta, bool) {
+	if m.bridge != nil {
+		return m.bridge.current()
+	}
+	return m, true
+}
+
 func (r *callRegistry) log(ctx context.Context, p *mcp.LoggingMessageParams) {
-	if m, ok := r.caller(); ok {
+	m, ok := r.caller()
+	if ok {
+		m, ok = m.now()
+	}
+	if ok {
 		_ = m.session.Log(m.context(ctx), p)
 	}
 }
@@ -93,6 +120,9 @@ func (r *callRegistry) createMessage(ctx context.Context, p *mcp.CreateMessagePa
 	if !ok {
 		return nil, errNoCaller
 	}
+	if m.bridge != nil {
+		return askBridged[*mcp.CreateMessageResult](ctx, m.bridge, "sampling/createMessage", p)
+	}
 	return m.session.CreateMessage(m.context(ctx), p)
 }
 
@@ -101,18 +131,28 @@ func (r *callRegistry) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.El
 	if !ok {
 		return nil, errNoCaller
 	}
+	if m.bridge != nil {
+		return askBridged[*mcp.ElicitResult](ctx, m.bridge, "elicitation/create", p)
+	}
 	return m.session.Elicit(m.context(ctx), p)
 }
 
 // listRoots answers the server's roots/list with the roots of the client
 // whose call it is serving, asked afresh: roots are the client's to give,
-// and only to the server working for it. With no single client call in
-// flight, or a 2026-07-28 client (which is never sent server→client
-// requests), the gateway answers for itself: it has no roots. A client
-// that declared no roots capability gets the server the error the spec
-// prescribes for such a client: method not found.
+// and only to the server working for it (a 2026-07-28 client's tools/call
+// is asked through an input_required result, see bridge.go). With no
+// single client call in flight, or another 2026-07-28 request (which is
+// never sent server→client requests), the gateway answers for itself: it
+// has no roots. A client that declared no roots capability gets the server
+// the error the spec prescribes for such a client: method not found.
 func (r *callRegistry) listRoots(ctx context.Context, p *mcp.ListRootsParams) (*mcp.ListRootsResult, error) {
 	m, ok := r.caller()
+	if ok && m.bridge != nil {
+		if p == nil {
+			p = &mcp.ListRootsParams{}
+		}
+		return askBridged[*mcp.ListRootsResult](ctx, m.bridge, "roots/list", p)
+	}
 	if !ok || m.modern {
 		return &mcp.ListRootsResult{Roots: []*mcp.Root{}}, nil
 	}

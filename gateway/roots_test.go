@@ -55,3 +55,30 @@ func TestE2ERootsRequestsReachTheCallingClient(t *testing.T) {
 	require.Equal(t, "asking later", text(t, res))
 	waitLine(t, oplog, "roots later: ")
 }
+
+// TestE2EClientRootsChangesReachTheServersThatServedIt: a legacy client's
+// notifications/roots/list_changed goes to the servers that served its
+// calls (which may have asked for its roots), and not to the others.
+func TestE2EClientRootsChangesReachTheServersThatServedIt(t *testing.T) {
+	_, url, oplog, _ := askerGateway(t, InputRequestsConfig{}, "one", "two")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "rooted"}, nil)
+	client.AddRoots(&mcp.Root{URI: "file:///home/alice"})
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{aliceToken}}}, &mcp.ClientSessionOptions{ProtocolVersion: legacyProtocolVersion})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Close() })
+	call := func(tool string) string {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}})
+		require.NoError(t, err)
+		return text(t, res)
+	}
+
+	require.Equal(t, "file:///home/alice", call("one__roots"))
+	client.AddRoots(&mcp.Root{URI: "file:///srv/alice"})
+	waitLine(t, oplog, "roots changed")
+	assert.Equal(t, "1", call("one__roots_changes"))
+	assert.Equal(t, "0", call("two__roots_changes"), "a server that never served the client is not told")
+	assert.Equal(t, "file:///home/alice\nfile:///srv/alice", call("one__roots"))
+}

@@ -48,6 +48,7 @@ type upstream struct {
 	confinement   policy.Confinement
 	calls         callRegistry
 	subscriptions resourceSubscriptions // downstream subscriptions per resource URI
+	rootsAudience rootsAudience         // downstream sessions told of root changes (roots.go)
 	// ready is set once start-up has assigned the links and listed the
 	// server: list_changed notifications before that are covered by the
 	// start-up listing and must not touch half-built links.
@@ -71,6 +72,7 @@ type link struct {
 	stderr     *lineLogger        // nil for a remote server
 	stopStream context.CancelFunc // ends a remote HTTP+SSE server's stream; nil otherwise
 	session    *mcp.ClientSession
+	client     *mcp.Client    // the session's client, which announces root changes
 	relayed    relayedCounter // log and progress notifications read but not yet relayed
 }
 
@@ -147,6 +149,7 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 	l := &link{}
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcp-warden", Version: Version}, u.clientOptions(l))
 	client.AddReceivingMiddleware(u.relayRequests)
+	l.client = client
 	var t mcp.Transport
 	if sc.URL != "" {
 		hc := remoteHTTPClient(sc, u.g.remoteHeaders[sc.Name], u.g.remoteProxies[sc.Name])
@@ -354,6 +357,9 @@ func forward[R any](ctx context.Context, u *upstream, send func(context.Context,
 	defer u.g.inflight.done()
 	id, done := u.calls.begin(m)
 	defer done()
+	if !m.modern {
+		u.rootsAudience.add(m.session, u.g.liveSessions)
+	}
 	res, err := send(ctx, l.session, upstreamMeta(m, l.modern(), id))
 	if err != nil {
 		err = u.downError(err)

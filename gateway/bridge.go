@@ -1,0 +1,506 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-warden/mcp-warden/policy"
+)
+
+// inputBridge carries the server→client requests of a server that speaks
+// only the legacy era (elicitation/create, sampling/createMessage,
+// roots/list) to a 2026-07-28 client, which is never sent requests: the
+// client's tools/call is answered with an input_required result holding
+// the server's requests, and the server's call is held open, waiting,
+// until the client retries with its answers (see RATIONALE.md, "Input
+// requests across eras").
+//
+// A held call is found again by its requestState, an unguessable token
+// bound to the principal that made the call, the tool and the arguments;
+// it is cancelled on the server when the client does not come back within
+// the timeout. The number of held calls is bounded per principal and in
+// all.
+type inputBridge struct {
+	cfg    InputRequestsConfig
+	logger *slog.Logger
+
+	mu           sync.Mutex
+	live         map[*bridgedCall]bool   // every bridged call whose server call runs
+	parked       map[string]*bridgedCall // requestState → call waiting for the client's retry
+	perPrincipal map[string]int          // principal identity → held calls
+	held         int
+	closed       bool
+}
+
+// bridgedCall is one client tools/call served over a legacy link for a
+// 2026-07-28 client, across all the round trips it takes.
+type bridgedCall struct {
+	state     string // the requestState the client must send back
+	principal string // principalIdentity of the caller
+	tool      string
+	args      map[string]any
+	ctx       context.Context // the server call's; cancel ends it
+	cancel    context.CancelFunc
+	asks      chan *upstreamAsk       // the server's requests, as they come
+	done      chan bridgedOutcome     // the server call's result; buffered
+	expiry    *time.Timer             // set while parked
+	caps      *mcp.ClientCapabilities // what the client declared in the first round
+	counted   bool                    // counted against the limits (guarded by inputBridge.mu)
+
+	mu      sync.Mutex
+	round   requestMeta             // the client request being answered now; zero while parked
+	waiting map[string]*upstreamAsk // requests sent to the client, by input key
+	keys    int
+}
+
+// upstreamAsk is one request of the server's, waiting for the client's
+// answer.
+type upstreamAsk struct {
+	method  string
+	request mcp.InputRequest
+	answer  chan askAnswer // buffered
+}
+
+type askAnswer struct {
+	res mcp.InputResponse
+	err error
+}
+
+type bridgedOutcome struct {
+	res *mcp.CallToolResult
+	err error
+}
+
+// errUnknownRequestState answers a retry whose requestState is unknown,
+// expired, already used or another principal's, alike: the caller learns
+// nothing about calls that are not its own.
+var errUnknownRequestState = &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown or expired requestState"}
+
+// errHeldCallsExhausted is the server's answer when holding one more call
+// would pass a limit.
+var errHeldCallsExhausted = errors.New("mcp-warden: too many calls waiting for client input; retry later")
+
+func newInputBridge(cfg InputRequestsConfig, logger *slog.Logger) *inputBridge {
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultInputTimeout)
+	cfg.MaxPerPrincipal = cmp.Or(cfg.MaxPerPrincipal, DefaultMaxHeldPerPrincipal)
+	cfg.MaxHeld = cmp.Or(cfg.MaxHeld, DefaultMaxHeld)
+	return &inputBridge{cfg: cfg, logger: logger, live: map[*bridgedCall]bool{},
+		parked: map[string]*bridgedCall{}, perPrincipal: map[string]int{}}
+}
+
+// call serves one round of a bridged tools/call: a first call starts the
+// server call (run) on spawn's goroutine; a retry (requestState set) finds
+// the held call, gives the server the client's answers and continues it.
+// Either way it returns the server's result, or an input_required result
+// when the server asks the client for something.
+func (b *inputBridge) call(ctx context.Context, principal policy.Principal, tool string, args map[string]any,
+	spawn func(func()) bool, run func(context.Context) (*mcp.CallToolResult, error)) (*mcp.CallToolResult, error) {
+	down := requestMetaFrom(ctx)
+	who := principalIdentity(principalDefaults(principal))
+	if down.requestState != "" {
+		c, err := b.resume(down.requestState, who, tool, args)
+		if err != nil {
+			return nil, err
+		}
+		c.answer(down.inputResponses)
+		return b.await(ctx, c)
+	}
+	c, err := b.start(ctx, who, tool, args, spawn, run)
+	if err != nil {
+		return nil, err
+	}
+	return b.await(ctx, c)
+}
+
+// start runs the server call on its own goroutine, under a context of its
+// own: it outlives the client request that started it.
+func (b *inputBridge) start(ctx context.Context, who, tool string, args map[string]any,
+	spawn func(func()) bool, run func(context.Context) (*mcp.CallToolResult, error)) (*bridgedCall, error) {
+	state, err := newRequestState()
+	if err != nil {
+		return nil, err
+	}
+	down := requestMetaFrom(ctx)
+	c := &bridgedCall{state: state, principal: who, tool: tool, args: args, caps: down.caps,
+		asks: make(chan *upstreamAsk), done: make(chan bridgedOutcome, 1), waiting: map[string]*upstreamAsk{}}
+	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	m := down
+	m.bridge, m.inputResponses, m.requestState = c, nil, ""
+	upCtx := context.WithValue(c.ctx, requestMetaKey{}, m)
+
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		c.cancel()
+		return nil, errors.New("gateway: closed")
+	}
+	b.live[c] = true
+	b.mu.Unlock()
+	if !spawn(func() {
+		res, err := run(upCtx)
+		c.done <- bridgedOutcome{res, err}
+	}) {
+		b.release(c)
+		return nil, errors.New("gateway: closed")
+	}
+	return c, nil
+}
+
+// await answers the client request in ctx with what comes first from the
+// server call: its result, or requests for the client (then the call is
+// parked until the client's retry). A client that goes away ends the call.
+func (b *inputBridge) await(ctx context.Context, c *bridgedCall) (*mcp.CallToolResult, error) {
+	c.setRound(requestMetaFrom(ctx))
+	defer c.setRound(requestMeta{})
+	for {
+		if c.unanswered() == 0 {
+			select {
+			case out := <-c.done:
+				b.release(c)
+				return out.res, out.err
+			case ask := <-c.asks:
+				c.add(ask)
+				c.drain()
+			case <-ctx.Done():
+				b.release(c)
+				return nil, ctx.Err()
+			}
+		}
+		if res, ok := b.park(c); ok {
+			return res, nil
+		}
+		// Over a limit: the server's requests were refused; its call goes on.
+	}
+}
+
+// park holds c for the client's retry and returns the input_required
+// result that asks the client for what the server waits for. Holding one
+// more call over a limit refuses the server's requests instead (false).
+func (b *inputBridge) park(c *bridgedCall) (*mcp.CallToolResult, bool) {
+	b.mu.Lock()
+	if !c.counted {
+		if b.held >= b.cfg.MaxHeld || b.perPrincipal[c.principal] >= b.cfg.MaxPerPrincipal {
+			b.mu.Unlock()
+			b.logger.Warn("call not held for client input: limit reached", "tool", c.tool,
+				"held", b.cfg.MaxHeld, "per_principal", b.cfg.MaxPerPrincipal)
+			c.refuseAll(errHeldCallsExhausted)
+			return nil, false
+		}
+		c.counted = true
+		b.held++
+		b.perPrincipal[c.principal]++
+	}
+	b.parked[c.state] = c
+	c.expiry = time.AfterFunc(b.cfg.Timeout, func() { b.expire(c) })
+	b.mu.Unlock()
+	return inputRequired(c.requests(), c.state), true
+}
+
+// resume takes the call parked under state for a retry by the principal
+// who, of the same tool with the same arguments.
+func (b *inputBridge) resume(state, who, tool string, args map[string]any) (*bridgedCall, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.parked[state]
+	if c == nil || c.principal != who {
+		return nil, errUnknownRequestState
+	}
+	if c.tool != tool || !reflect.DeepEqual(c.args, args) {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+			Message: "requestState was issued for another tool call: a retry must repeat the tool and its arguments"}
+	}
+	delete(b.parked, state)
+	c.expiry.Stop()
+	return c, nil
+}
+
+// drop ends the call parked under state for principal (the policy denied
+// its retry). Anything else is left as it is.
+func (b *inputBridge) drop(state string, principal policy.Principal) {
+	if state == "" {
+		return
+	}
+	who := principalIdentity(principalDefaults(principal))
+	b.mu.Lock()
+	c := b.parked[state]
+	if c == nil || c.principal != who {
+		b.mu.Unlock()
+		return
+	}
+	delete(b.parked, state)
+	c.expiry.Stop()
+	b.mu.Unlock()
+	b.release(c)
+}
+
+// expire ends a call whose client did not come back in time.
+func (b *inputBridge) expire(c *bridgedCall) {
+	b.mu.Lock()
+	if b.parked[c.state] != c {
+		b.mu.Unlock()
+		return // resumed meanwhile
+	}
+	delete(b.parked, c.state)
+	b.mu.Unlock()
+	b.logger.Info("call held for client input expired; cancelled on the server", "tool", c.tool, "timeout", b.cfg.Timeout)
+	b.release(c)
+}
+
+// release cancels c's server call (a no-op once it is answered) and
+// forgets c. It is idempotent.
+func (b *inputBridge) release(c *bridgedCall) {
+	c.cancel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.live, c)
+	if c.counted {
+		c.counted = false
+		b.held--
+		if b.perPrincipal[c.principal]--; b.perPrincipal[c.principal] <= 0 {
+			delete(b.perPrincipal, c.principal)
+		}
+	}
+}
+
+// cancelParked ends every call waiting for a client's retry: at shutdown
+// no retry can arrive any more.
+func (b *inputBridge) cancelParked() {
+	b.mu.Lock()
+	var parked []*bridgedCall
+	for state, c := range b.parked {
+		delete(b.parked, state)
+		c.expiry.Stop()
+		parked = append(parked, c)
+	}
+	b.mu.Unlock()
+	for _, c := range parked {
+		b.release(c)
+	}
+}
+
+// close ends every bridged call and refuses new ones.
+func (b *inputBridge) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cancelParked()
+	b.mu.Lock()
+	var live []*bridgedCall
+	for c := range b.live {
+		live = append(live, c)
+	}
+	b.mu.Unlock()
+	for _, c := range live {
+		b.release(c)
+	}
+}
+
+// ask hands the server's request to the client through the bridged call
+// and returns the client's answer, or an error when the server, the call
+// or the client gives up.
+func (c *bridgedCall) ask(ctx context.Context, method string, req mcp.InputRequest) (mcp.InputResponse, error) {
+	a := &upstreamAsk{method: method, request: req, answer: make(chan askAnswer, 1)}
+	select {
+	case c.asks <- a:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.ctx.Done():
+		return nil, c.ctx.Err()
+	}
+	defer c.forget(a)
+	select {
+	case ans := <-a.answer:
+		return ans.res, ans.err
+	case <-ctx.Done(): // the server cancelled its request
+		return nil, ctx.Err()
+	case <-c.ctx.Done():
+		return nil, c.ctx.Err()
+	}
+}
+
+func (c *bridgedCall) setRound(m requestMeta) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.round = m
+}
+
+// current is the client request now being answered, if any: where the
+// server's progress and log messages go.
+func (c *bridgedCall) current() (requestMeta, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.round, c.round.session != nil
+}
+
+func (c *bridgedCall) add(a *upstreamAsk) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.keys++
+	c.waiting["input-"+strconv.Itoa(c.keys)] = a
+}
+
+// drain adds the server's requests already waiting to be taken, so that
+// requests sent together reach the client in one round.
+func (c *bridgedCall) drain() {
+	for {
+		select {
+		case a := <-c.asks:
+			c.add(a)
+		default:
+			return
+		}
+	}
+}
+
+func (c *bridgedCall) forget(a *upstreamAsk) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, w := range c.waiting {
+		if w == a {
+			delete(c.waiting, k)
+		}
+	}
+}
+
+func (c *bridgedCall) unanswered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiting)
+}
+
+// requests are the server's requests the client has yet to answer.
+func (c *bridgedCall) requests() mcp.InputRequestMap {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := mcp.InputRequestMap{}
+	for k, a := range c.waiting {
+		out[k] = a.request
+	}
+	return out
+}
+
+// answer gives the server the client's answers to its requests; answers
+// to keys not (or no longer) asked are ignored.
+func (c *bridgedCall) answer(responses mcp.InputResponseMap) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, res := range responses {
+		if a := c.waiting[k]; a != nil {
+			a.answer <- askAnswer{res: res}
+			delete(c.waiting, k)
+		}
+	}
+}
+
+func (c *bridgedCall) refuseAll(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, a := range c.waiting {
+		a.answer <- askAnswer{err: err}
+		delete(c.waiting, k)
+	}
+}
+
+// newRequestState is 256 random bits: a held call is found by it, so it
+// must not be guessable.
+func newRequestState() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("requestState: %w", err)
+	}
+	return "mcp-warden." + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// inputRequired is the result asking the client for the server's
+// requests: the SDK sets resultType only on results its own tool handlers
+// return, so it is built from its wire form.
+func inputRequired(requests mcp.InputRequestMap, state string) *mcp.CallToolResult {
+	wire, err := json.Marshal(map[string]any{"resultType": "input_required", "inputRequests": requests, "requestState": state})
+	var res mcp.CallToolResult
+	if err == nil {
+		err = json.Unmarshal(wire, &res)
+	}
+	if err != nil { // the requests came from the SDK's own types
+		return toolError(fmt.Sprintf("mcp-warden: cannot ask the client for input: %v", err))
+	}
+	return &res
+}
+
+// askBridged asks the client of a bridged call for what the server
+// requested, if the client declared it can answer such requests, and
+// returns the answer as the result type T the server expects.
+func askBridged[T any](ctx context.Context, c *bridgedCall, method string, req mcp.InputRequest) (T, error) {
+	var zero T
+	if !declares(c.caps, method) {
+		if method == "roots/list" { // as the spec prescribes for a client without roots
+			return zero, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "the client does not support roots"}
+		}
+		return zero, fmt.Errorf("mcp-warden: the client did not declare the capability for %s", method)
+	}
+	res, err := c.ask(ctx, method, req)
+	if err != nil {
+		return zero, err
+	}
+	// The SDK decodes an answer by its shape; the server gets it as the
+	// type of its request, or an error if the client answered something else.
+	raw, err := json.Marshal(res)
+	out := new(T)
+	if err == nil && fits(method, res) {
+		err = json.Unmarshal(raw, out)
+	} else if err == nil {
+		err = fmt.Errorf("mcp-warden: the client's answer to %s is of another kind (%T)", method, res)
+	}
+	if err != nil {
+		return zero, err
+	}
+	return *out, nil
+}
+
+// fits reports whether res is an answer to method.
+func fits(method string, res mcp.InputResponse) bool {
+	switch res.(type) {
+	case *mcp.ElicitResult:
+		return method == "elicitation/create"
+	case *mcp.CreateMessageResult, *mcp.CreateMessageWithToolsResult:
+		return method == "sampling/createMessage"
+	case *mcp.ListRootsResult:
+		return method == "roots/list"
+	}
+	return false
+}
+
+// declares reports whether a client with caps may be sent method.
+func declares(caps *mcp.ClientCapabilities, method string) bool {
+	if caps == nil {
+		return false
+	}
+	switch method {
+	case "elicitation/create":
+		return caps.Elicitation != nil
+	case "sampling/createMessage":
+		return caps.Sampling != nil
+	case "roots/list":
+		return caps.RootsV2 != nil
+	}
+	return false
+}
+
+// heldCount is how many calls are held, for tests.
+func (b *inputBridge) heldCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held
+}

@@ -1,0 +1,282 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcp-warden/mcp-warden/policy"
+	"github.com/mcp-warden/mcp-warden/rego"
+	"github.com/mcp-warden/mcp-warden/testdata/testenv"
+)
+
+// askerGateway serves the asker fixture (a server of the 2025-11-25 era
+// only, asking its client for input during calls) under each of names
+// (tools prefixed when there are several) over HTTP to the API keys of
+// alice and bob. Its operational log (the server's stderr among it) and
+// decision log are returned.
+func askerGateway(t *testing.T, inputs InputRequestsConfig, names ...string) (g *Gateway, url string, oplog *testenv.Buffer, declog *decisionLog) {
+	t.Helper()
+	key := func(id, token string) APIKeyConfig {
+		sum := sha256.Sum256([]byte(token))
+		return APIKeyConfig{ID: id, SHA256: hex.EncodeToString(sum[:])}
+	}
+	cfg := &Config{Naming: NamingFirst, InputRequests: inputs,
+		Auth: AuthConfig{Resource: testResource, APIKeys: []APIKeyConfig{key("alice", aliceToken), key("bob", bobToken)}}}
+	if len(names) > 1 {
+		cfg.Naming = NamingPrefix
+	}
+	for _, name := range names {
+		cfg.Servers = append(cfg.Servers, ServerConfig{Name: name, Command: testenv.BuildGo(t, "./testdata/servers/asker"), Tools: ToolFilter{Allow: []string{"*"}}})
+	}
+	oplog = &testenv.Buffer{}
+	g, declog = startGateway(t, cfg, WithLogger(slog.New(slog.NewTextHandler(oplog, nil))))
+	for _, u := range g.upstreams {
+		require.Nil(t, u.modern, "the fixture must speak only the legacy era")
+	}
+	srv := httptest.NewServer(g.HTTPHandler(policy.Principal{}))
+	t.Cleanup(srv.Close)
+	return g, srv.URL, oplog, declog
+}
+
+// modernClient connects a 2026-07-28 client with token; opts says how it
+// answers input requests.
+func modernClient(t *testing.T, ctx context.Context, url, token string, opts *mcp.ClientOptions, roots ...string) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "modern"}, opts)
+	for _, r := range roots {
+		client.AddRoots(&mcp.Root{URI: r})
+	}
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer{token}}},
+		&mcp.ClientSessionOptions{ProtocolVersion: modernProtocolVersion})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// toolCalls are the tools/call decisions in the log for tool, in order.
+func toolCalls(t *testing.T, declog *decisionLog, tool string) []map[string]any {
+	var out []map[string]any
+	for _, ev := range declog.events(t) {
+		in, _ := ev["input"].(map[string]any)
+		tl, _ := in["tool"].(map[string]any)
+		if in["action"] == "tools/call" && tl["name"] == tool {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// TestE2EInputRequestsBridgedToModernClients: a 2025-era server's
+// elicitation, sampling and roots requests during a 2026-07-28 client's
+// call reach that client as input_required results, and its answers reach
+// the server, which finishes the same call — over as many round trips as
+// it asks, each one decided by policy and logged.
+func TestE2EInputRequestsBridgedToModernClients(t *testing.T) {
+	g, url, _, declog := askerGateway(t, InputRequestsConfig{}, "asker")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var questions []string
+	var asked atomic.Int32
+	cs := modernClient(t, ctx, url, aliceToken, &mcp.ClientOptions{
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked.Add(1)
+			questions = append(questions, req.Params.Message)
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+		},
+		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			prompt := req.Params.Messages[0].Content.(*mcp.TextContent).Text
+			return &mcp.CreateMessageResult{Model: "test-model", Role: "assistant", Content: &mcp.TextContent{Text: "re: " + prompt}}, nil
+		},
+	}, "file:///home/alice", "file:///srv/alice")
+	call := func(tool string, args map[string]any) string {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		require.NoError(t, err)
+		require.False(t, res.IsError, text(t, res))
+		return text(t, res)
+	}
+
+	assert.Equal(t, "accept ok=true", call("confirm", map[string]any{"question": "deploy?"}))
+	assert.Equal(t, []string{"deploy?"}, questions)
+	assert.Len(t, toolCalls(t, declog, "confirm"), 2, "the call and its retry are each decided and logged")
+
+	assert.Equal(t, "accept ok=true; accept ok=true", call("twice", map[string]any{}))
+	assert.Equal(t, []string{"deploy?", "first?", "second?"}, questions)
+	assert.Len(t, toolCalls(t, declog, "twice"), 3, "two requests, two retries, one decision each")
+
+	assert.Equal(t, "test-model: re: hello", call("sample", map[string]any{"prompt": "hello"}))
+	assert.Equal(t, "file:///home/alice\nfile:///srv/alice", call("roots", map[string]any{}))
+	for _, ev := range toolCalls(t, declog, "twice") {
+		assert.Equal(t, true, ev["result"].(map[string]any)["allow"])
+		assert.Equal(t, "alice", ev["input"].(map[string]any)["principal"].(map[string]any)["id"])
+	}
+	assert.EqualValues(t, 3, asked.Load())
+
+	// A client that declared no elicitation capability is not asked: the
+	// server is told, and its call ends as it chooses.
+	plain := modernClient(t, ctx, url, bobToken, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	res, err := plain.CallTool(ctx, &mcp.CallToolParams{Name: "confirm", Arguments: map[string]any{"question": "q"}})
+	require.NoError(t, err)
+	assert.Contains(t, text(t, res), "did not declare the capability")
+	res, err = plain.CallTool(ctx, &mcp.CallToolParams{Name: "roots", Arguments: map[string]any{}})
+	require.NoError(t, err)
+	assert.Contains(t, text(t, res), "method not found", "-32601, as the spec prescribes for a client without roots")
+
+	require.Eventually(t, func() bool { return g.inputs.heldCount() == 0 }, 5*time.Second, 10*time.Millisecond, "nothing is held after the calls end")
+}
+
+// inputRequired calls tool as cs without answering input requests and
+// returns the input_required result.
+func firstRound(t *testing.T, ctx context.Context, cs *mcp.ClientSession, tool string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	require.NoError(t, err)
+	require.True(t, res.NeedsInput(), "an input_required result: %+v", res.Content)
+	require.Len(t, res.InputRequests, 1)
+	require.True(t, strings.HasPrefix(res.RequestState, "mcp-warden."))
+	return res
+}
+
+// TestE2EHeldCallsAreBoundAndBounded: a held call continues only for the
+// principal that made it, with the same tool and arguments; another
+// principal's retry learns nothing; a call whose client does not come
+// back is cancelled on the server after the timeout; the number of held
+// calls is bounded per principal.
+func TestE2EHeldCallsAreBoundAndBounded(t *testing.T) {
+	g, url, oplog, _ := askerGateway(t, InputRequestsConfig{Timeout: 3 * time.Second, MaxPerPrincipal: 1}, "one", "two")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	manual := &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }}
+	alice := modernClient(t, ctx, url, aliceToken, manual)
+	bob := modernClient(t, ctx, url, bobToken, manual)
+	args := map[string]any{"question": "deploy?"}
+
+	first := firstRound(t, ctx, alice, "one__confirm", args)
+	var key string
+	for k, req := range first.InputRequests {
+		key = k
+		require.Equal(t, "deploy?", req.(*mcp.ElicitParams).Message)
+	}
+	answer := mcp.InputResponseMap{key: &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": false}}}
+	retry := func(cs *mcp.ClientSession, tool string, args map[string]any, state string) (*mcp.CallToolResult, error) {
+		return cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args, InputResponses: answer, RequestState: state})
+	}
+
+	// Bob's retry with alice's state is refused as an unknown state is.
+	_, err := retry(bob, "one__confirm", args, first.RequestState)
+	require.ErrorContains(t, err, "unknown or expired requestState")
+	_, err = retry(bob, "one__confirm", args, "mcp-warden.guessed")
+	require.ErrorContains(t, err, "unknown or expired requestState")
+	// Alice's retry of another call is refused; the held call stays.
+	_, err = retry(alice, "one__confirm", map[string]any{"question": "other"}, first.RequestState)
+	require.ErrorContains(t, err, "another tool call")
+	_, err = retry(alice, "two__confirm", args, first.RequestState)
+	require.ErrorContains(t, err, "another tool call")
+	// One held call per principal here: alice's second is refused at the
+	// server (which answers the call itself), bob's is held.
+	res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "two__confirm", Arguments: map[string]any{"question": "again?"}})
+	require.NoError(t, err)
+	assert.False(t, res.NeedsInput())
+	assert.Contains(t, text(t, res), "too many calls waiting for client input")
+	bobs := firstRound(t, ctx, bob, "two__confirm", args)
+	assert.Equal(t, 2, g.inputs.heldCount())
+
+	// Alice's own retry continues her call.
+	res, err = retry(alice, "one__confirm", args, first.RequestState)
+	require.NoError(t, err)
+	assert.Equal(t, "accept ok=false", text(t, res))
+	// A state is good for one retry only.
+	_, err = retry(alice, "one__confirm", args, first.RequestState)
+	require.ErrorContains(t, err, "unknown or expired requestState")
+
+	// Bob never comes back: after the timeout his call is cancelled on the
+	// server, and his late retry finds nothing.
+	waitLine(t, oplog, "confirm cancelled")
+	assert.Contains(t, oplog.String(), "call held for client input expired")
+	_, err = retry(bob, "two__confirm", args, bobs.RequestState)
+	require.ErrorContains(t, err, "unknown or expired requestState")
+	assert.Zero(t, g.inputs.heldCount())
+}
+
+// switchedEngine evaluates with one of two real policies, switched while
+// the gateway runs: the retry of a held call meets a policy that changed
+// since the call began (as a time-bound rule would).
+type switchedEngine struct {
+	allow, deny policy.Engine
+	denying     atomic.Bool
+}
+
+func (e *switchedEngine) current() policy.Engine {
+	if e.denying.Load() {
+		return e.deny
+	}
+	return e.allow
+}
+
+func (e *switchedEngine) Evaluate(ctx context.Context, input []byte) (any, error) {
+	return e.current().Evaluate(ctx, input)
+}
+
+func (e *switchedEngine) Revision() string { return e.current().Revision() }
+
+// TestE2EHeldCallRetryIsDecidedAfresh: each retry of a held call is a
+// tools/call decided by policy and logged; one the policy now denies gets
+// the denial, and the held call is cancelled on the server.
+func TestE2EHeldCallRetryIsDecidedAfresh(t *testing.T) {
+	g, url, oplog, declog := askerGateway(t, InputRequestsConfig{}, "asker")
+	allowAll, err := rego.Load(filepath.Join(testenv.RepoRoot(t), "testdata", "policies", "allow-all"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "deny.rego"), []byte(
+		"package mcp.warden\n\ndecision := {\"allow\": false, \"reason\": \"switched to denying\"}\n"), 0o600))
+	denyAll, err := rego.Load(dir)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sw := &switchedEngine{}
+	sw.allow, err = policy.NewRegoEngine(ctx, allowAll, nil)
+	require.NoError(t, err)
+	sw.deny, err = policy.NewRegoEngine(ctx, denyAll, nil)
+	require.NoError(t, err)
+	g.decider = policy.NewDecider(sw, g.declog) // before the first request
+
+	cs := modernClient(t, ctx, url, aliceToken, &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }})
+	args := map[string]any{"question": "deploy?"}
+	first := firstRound(t, ctx, cs, "confirm", args)
+	answers := mcp.InputResponseMap{}
+	for k := range first.InputRequests {
+		answers[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}
+	}
+	sw.denying.Store(true)
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "confirm", Arguments: args, InputResponses: answers, RequestState: first.RequestState})
+	require.NoError(t, err)
+	assert.True(t, res.IsError)
+	assert.Contains(t, text(t, res), "denied by policy: switched to denying")
+	waitLine(t, oplog, "confirm cancelled")
+	assert.Zero(t, g.inputs.heldCount())
+
+	calls := toolCalls(t, declog, "confirm")
+	require.Len(t, calls, 2)
+	assert.Equal(t, true, calls[0]["result"].(map[string]any)["allow"])
+	assert.Equal(t, false, calls[1]["result"].(map[string]any)["allow"])
+
+	sw.denying.Store(false)
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "confirm", Arguments: args, InputResponses: answers, RequestState: first.RequestState})
+	require.ErrorContains(t, err, "unknown or expired requestState", "the denied call is gone")
+}

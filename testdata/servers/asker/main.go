@@ -1,0 +1,136 @@
+// Command asker is an MCP stdio server of the 2025-11-25 era only (it
+// refuses server/discover, as the official TypeScript servers do) that asks
+// its client for input while serving a call, for tests of the gateway's
+// bridging of such requests to 2026-07-28 clients (input_required results):
+//
+//   - confirm {"question"}: sends elicitation/create (a form asking for a
+//     boolean "ok") and answers "<action> ok=<value>", or "error: <error>".
+//   - twice: elicits "first?" then "second?" and answers with both actions.
+//   - sample {"prompt"}: sends sampling/createMessage and answers
+//     "<model>: <text>".
+//   - roots: sends roots/list and answers with the root URIs, one per line.
+//   - roots_changes: answers with how many notifications/roots/list_changed
+//     it has received.
+//
+// A call cancelled while it waits for the client writes "<tool> cancelled"
+// to stderr; every notifications/roots/list_changed writes "roots changed".
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+var object = json.RawMessage(`{"type":"object"}`)
+
+func done(msg string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+}
+
+// failed answers a call whose request to the client failed, and notes a
+// cancellation of the call on stderr (which may reach the server just
+// after the failed request's answer).
+func failed(ctx context.Context, tool string, err error) *mcp.CallToolResult {
+	select {
+	case <-ctx.Done():
+		log.Printf("%s cancelled", tool)
+	case <-time.After(500 * time.Millisecond):
+	}
+	return done("error: " + err.Error())
+}
+
+func argument(req *mcp.CallToolRequest, name string) string {
+	var args map[string]any
+	_ = json.Unmarshal(req.Params.Arguments, &args)
+	s, _ := args[name].(string)
+	return s
+}
+
+func confirm(ctx context.Context, ss *mcp.ServerSession, question string) (string, error) {
+	res, err := ss.Elicit(ctx, &mcp.ElicitParams{Message: question, RequestedSchema: map[string]any{
+		"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}},
+	}})
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s ok=%v", res.Action, res.Content["ok"]), nil
+}
+
+func main() {
+	log.SetFlags(0)
+	var rootsChanges atomic.Int32
+	s := mcp.NewServer(&mcp.Implementation{Name: "asker", Version: "1"}, &mcp.ServerOptions{
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		RootsListChangedHandler: func(context.Context, *mcp.RootsListChangedRequest) {
+			rootsChanges.Add(1)
+			log.Printf("roots changed")
+		},
+	})
+	// Only the legacy era: the gateway's 2026-07-28 probe must fail.
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "server/discover" {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found"}
+			}
+			return next(ctx, method, req)
+		}
+	})
+	s.AddTool(&mcp.Tool{Name: "confirm", InputSchema: json.RawMessage(`{"type":"object","properties":{"question":{"type":"string"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			answer, err := confirm(ctx, req.Session, argument(req, "question"))
+			if err != nil {
+				return failed(ctx, "confirm", err), nil
+			}
+			return done(answer), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "twice", InputSchema: object}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var answers []string
+		for _, q := range []string{"first?", "second?"} {
+			answer, err := confirm(ctx, req.Session, q)
+			if err != nil {
+				return failed(ctx, "twice", err), nil
+			}
+			answers = append(answers, answer)
+		}
+		return done(strings.Join(answers, "; ")), nil
+	})
+	s.AddTool(&mcp.Tool{Name: "sample", InputSchema: json.RawMessage(`{"type":"object","properties":{"prompt":{"type":"string"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 50, Messages: []*mcp.SamplingMessage{
+				{Role: "user", Content: &mcp.TextContent{Text: argument(req, "prompt")}},
+			}})
+			if err != nil {
+				return failed(ctx, "sample", err), nil
+			}
+			text, _ := res.Content.(*mcp.TextContent)
+			if text == nil {
+				return done(res.Model + ": (no text)"), nil
+			}
+			return done(res.Model + ": " + text.Text), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "roots", InputSchema: object}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := req.Session.ListRoots(ctx, nil)
+		if err != nil {
+			return failed(ctx, "roots", err), nil
+		}
+		var uris []string
+		for _, r := range res.Roots {
+			uris = append(uris, r.URI)
+		}
+		return done(strings.Join(uris, "\n")), nil
+	})
+	s.AddTool(&mcp.Tool{Name: "roots_changes", InputSchema: object}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return done(fmt.Sprint(rootsChanges.Load())), nil
+	})
+	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+		log.Fatal(err)
+	}
+}
