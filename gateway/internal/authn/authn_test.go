@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,3 +181,11 @@ func TestKeysFromFile(t *testing.T) {
 }
 
 func jwkJSON(s jwk.Set) ([]byte, error) { return json.Marshal(s) }
+
+// The JWKS is fetched directly: proxy environment variables are not used
+// unless configured, as for every outbound connection of the gateway.
+func TestJWKSFetchUsesNoEnvironmentProxy(t *testing.T) {
+	tr, ok := KeysFromURL("https://issuer.example/jwks.json").client.Transport.(*http.Transport)
+	require.True(t, ok)
+	assert.Nil(t, tr.Proxy)
+}

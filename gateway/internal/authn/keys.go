@@ -73,8 +73,12 @@ func parseKeys(b []byte) (jwk.Set, error) {
 }
 
 // KeysFromURL fetches a JWKS from url when first needed.
+// It connects directly: proxy environment variables are not used, as for
+// every outbound connection the gateway makes without configuration.
 func KeysFromURL(url string) *KeySource {
-	return &KeySource{url: url, client: &http.Client{Timeout: 10 * time.Second},
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	return &KeySource{url: url, client: &http.Client{Transport: tr, Timeout: 10 * time.Second},
 		MaxAge: 10 * time.Minute, MinRefresh: 30 * time.Second}
 }
 

@@ -124,8 +124,10 @@ func New(opts Options) *Shipper {
 		opts: opts,
 		url:  strings.TrimRight(opts.URL, "/") + "/logs",
 		// An own transport, so Close can close its idle connections and
-		// leave no goroutine behind.
-		client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: opts.Timeout},
+		// leave no goroutine behind; it connects directly (no proxy from
+		// the environment, as for every connection the gateway makes
+		// without configuration).
+		client: &http.Client{Transport: directTransport(), Timeout: opts.Timeout},
 		wake:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
@@ -361,4 +363,11 @@ func (s *Shipper) upload(ctx context.Context, batch [][]byte) error {
 	s.full = false
 	s.mu.Unlock()
 	return nil
+}
+
+// directTransport is net/http's default transport without a proxy.
+func directTransport() *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	return tr
 }

@@ -226,3 +226,12 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// Uploads connect directly: proxy environment variables are not used.
+func TestShipperUsesNoEnvironmentProxy(t *testing.T) {
+	s := New(Options{URL: "http://logs.example"})
+	defer s.Close()
+	tr, ok := s.client.Transport.(*http.Transport)
+	require.True(t, ok)
+	assert.Nil(t, tr.Proxy)
+}
