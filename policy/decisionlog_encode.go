@@ -14,7 +14,8 @@ import (
 // checks that over generated events with every field set). Only dynamic
 // values (claims, schemas, arguments, result extras) go through
 // auditlog.AppendCanonical; parts that are the same in every event
-// (labels, bundles) are encoded once per log.
+// (labels, bundles) are encoded once per log, and tools and servers equal
+// to ones already written are not encoded again (decisionlog_memo.go).
 
 // eventEncoder holds the encoded constant parts of a log's events.
 type eventEncoder struct {

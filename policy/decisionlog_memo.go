@@ -33,7 +33,7 @@ type definitionMemo struct {
 }
 
 type toolMemo struct {
-	tool                Tool // strings shared with the tool encoded
+	tool                Tool // its strings; schema and annotations are snapshots
 	schema, annotations jsonSnapshot
 	json                []byte
 }
@@ -56,6 +56,7 @@ func (m *definitionMemo) appendTool(b []byte, t *Tool) ([]byte, error) {
 		return nil, err
 	}
 	tm := &toolMemo{tool: *t}
+	tm.tool.InputSchema, tm.tool.Annotations = nil, nil // compared through their snapshots
 	var ok1, ok2 bool
 	if tm.schema, ok1 = snapshotOf(t.InputSchema, 0); ok1 {
 		tm.annotations, ok2 = snapshotOf(t.Annotations, 0)
