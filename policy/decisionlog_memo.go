@@ -28,8 +28,8 @@ const memoMaxEntries = 4096
 // log has written. It is safe for concurrent use; its entries are never
 // changed once stored.
 type definitionMemo struct {
-	tools, servers sync.Map // name → *toolMemo, *serverMemo
-	nTools, nSrv   atomic.Int64
+	tools, servers   sync.Map // name → *toolMemo, *serverMemo
+	nTools, nServers atomic.Int64
 }
 
 type toolMemo struct {
@@ -63,7 +63,7 @@ func (m *definitionMemo) appendTool(b []byte, t *Tool) ([]byte, error) {
 	}
 	if ok1 && ok2 {
 		tm.json = slices.Clone(b[start:])
-		store(&m.tools, &m.nTools, t.Name, tm)
+		storeMemo(&m.tools, &m.nTools, t.Name, tm)
 	}
 	return b, nil
 }
@@ -80,11 +80,12 @@ func (m *definitionMemo) appendServer(b []byte, s *Server) []byte {
 	sm := &serverMemo{server: *s, json: slices.Clone(b[start:])}
 	sm.server.Args = slices.Clone(s.Args)
 	sm.server.Confinement.Missing = slices.Clone(s.Confinement.Missing)
-	store(&m.servers, &m.nSrv, s.Name, sm)
+	storeMemo(&m.servers, &m.nServers, s.Name, sm)
 	return b
 }
 
-func store(m *sync.Map, n *atomic.Int64, key string, v any) {
+// storeMemo adds v under key, clearing m first when it holds memoMaxEntries.
+func storeMemo(m *sync.Map, n *atomic.Int64, key string, v any) {
 	if n.Add(1) > memoMaxEntries {
 		m.Clear()
 		n.Store(1)
