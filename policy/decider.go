@@ -65,9 +65,8 @@ func (d *Decider) Revision() string { return d.engine.Revision() }
 func (d *Decider) Decide(ctx context.Context, in Input) Decision {
 	start := time.Now()
 	dec, evalErr := d.evaluate(ctx, in)
-	eval := time.Since(start)
-	ev := d.log.newEvent(in, dec, evalErr, time.Since(start), eval)
-	if _, err := d.log.write(ctx, ev, 0); err != nil {
+	decided := time.Now()
+	if err := d.log.logDecision(ctx, &in, dec, evalErr, decided, decided.Sub(start)); err != nil {
 		return denyForError(in.Action, fmt.Errorf("decision log: %w", err))
 	}
 	return dec

@@ -3,8 +3,6 @@ package policy
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -184,6 +183,7 @@ type DecisionLog struct {
 	logger   *slog.Logger
 
 	reqID atomic.Uint64
+	clock timestampClock
 }
 
 // SyncPolicy says when decision-log records are forced to stable storage.
@@ -350,18 +350,56 @@ func (l *DecisionLog) Close() error {
 	return err
 }
 
-func (l *DecisionLog) newEvent(in Input, dec Decision, evalErr error, took, eval time.Duration) *Event {
-	ev := l.baseEvent(took, eval)
-	if !l.rules.masksByPolicy() && in.Arguments != nil {
-		in.Arguments = nil                // the default mask; in is a copy
-		ev.Erased = erasedArguments[:1:1] // shared: appending copies
+// logDecision writes the event of one decision (see write), made at
+// decided after an evaluation of eval, built in a reused callEvent: a
+// decision allocates only its id and timestamp.
+func (l *DecisionLog) logDecision(ctx context.Context, in *Input, dec Decision, evalErr error, decided time.Time, eval time.Duration) error {
+	c := callEvents.Get().(*callEvent)
+	l.fillEvent(c, in, dec, evalErr, decided, eval)
+	_, err := l.write(ctx, &c.Event, 0)
+	c.reset()
+	callEvents.Put(c)
+	return err
+}
+
+// callEvent is the event of one decision with the values it points to, so
+// that it is one object, reused: nothing of an event outlives its write
+// (rules see a JSON copy, the record is bytes, the upload gets a clone).
+// Each has its own source of decision ids.
+type callEvent struct {
+	Event
+	input   Input
+	result  decisionResult
+	metrics map[string]int64
+	ids     *uuidSource
+}
+
+var callEvents = sync.Pool{New: func() any {
+	return &callEvent{metrics: make(map[string]int64, 2), ids: newUUIDSource()}
+}}
+
+// reset drops what c points to, so the pool holds no caller's values.
+func (c *callEvent) reset() {
+	m, ids := c.metrics, c.ids
+	clear(m)
+	*c = callEvent{metrics: m, ids: ids}
+}
+
+// fillEvent makes c the event of the decision dec on in. Its two timers
+// are the same clock reading: a single decision is its evaluation.
+func (l *DecisionLog) fillEvent(c *callEvent, in *Input, dec Decision, evalErr error, decided time.Time, eval time.Duration) {
+	c.metrics[timerDecision], c.metrics[timerEval] = eval.Nanoseconds(), eval.Nanoseconds()
+	l.initEvent(&c.Event, c.metrics, c.ids.next(), decided)
+	c.input = *in
+	if !l.rules.masksByPolicy() && c.input.Arguments != nil {
+		c.input.Arguments = nil          // the default mask, on the copy
+		c.Erased = erasedArguments[:1:1] // shared: appending copies
 	}
-	ev.Input = in
-	ev.Result = decisionResult(dec)
+	c.result = decisionResult(dec)
+	c.Input, c.Result = &c.input, &c.result
 	if evalErr != nil {
-		ev.Error = &EventError{Code: "evaluation_error", Message: evalErr.Error()}
+		c.Error = &EventError{Code: "evaluation_error", Message: evalErr.Error()}
 	}
-	return ev
 }
 
 func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []error, took, eval time.Duration) *Event {
@@ -399,20 +437,26 @@ func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []
 	return ev
 }
 
+// The metrics of every event: the time to decide and log, and the
+// evaluation's part of it.
+const (
+	timerDecision = "timer_mcp_warden_decision_ns"
+	timerEval     = "timer_rego_query_eval_ns"
+)
+
 func (l *DecisionLog) baseEvent(took, eval time.Duration) *Event {
-	ev := &Event{
-		Labels:     l.labels,
-		DecisionID: newUUID(),
-		Path:       EntrypointPath,
-		RequestID:  l.reqID.Add(1),
-		Timestamp:  time.Now().UTC().Format(time.RFC3339Nano),
-		Metrics: map[string]int64{
-			"timer_mcp_warden_decision_ns": took.Nanoseconds(),
-			"timer_rego_query_eval_ns":     eval.Nanoseconds(),
-		},
-	}
-	ev.Bundles = l.bundles
+	ev := &Event{}
+	l.initEvent(ev, map[string]int64{timerDecision: took.Nanoseconds(), timerEval: eval.Nanoseconds()}, newUUID(), time.Now())
 	return ev
+}
+
+// initEvent sets what every event has: labels, bundles, its decision id,
+// the next req_id, the timestamp and metrics.
+func (l *DecisionLog) initEvent(ev *Event, metrics map[string]int64, id string, at time.Time) {
+	ev.Labels, ev.Bundles, ev.Path, ev.Metrics = l.labels, l.bundles, EntrypointPath, metrics
+	ev.DecisionID = id
+	ev.RequestID = l.reqID.Add(1)
+	ev.Timestamp = l.clock.format(at)
 }
 
 // newRepeatEvent is the event of a list that repeats the list logged in
@@ -532,23 +576,4 @@ func redactValue(v any, secrets []string) any {
 func jsonEscaped(s string) []byte {
 	b, _ := auditlog.AppendCanonical(nil, s)
 	return b[1 : len(b)-1]
-}
-
-// newUUID returns a random (version 4) UUID, as OPA's decision_id is.
-func newUUID() string {
-	var u [16]byte
-	_, _ = rand.Read(u[:])
-	u[6] = u[6]&0x0f | 0x40
-	u[8] = u[8]&0x3f | 0x80
-	var out [36]byte
-	hex.Encode(out[0:8], u[0:4])
-	out[8] = '-'
-	hex.Encode(out[9:13], u[4:6])
-	out[13] = '-'
-	hex.Encode(out[14:18], u[6:8])
-	out[18] = '-'
-	hex.Encode(out[19:23], u[8:10])
-	out[23] = '-'
-	hex.Encode(out[24:], u[10:16])
-	return string(out[:])
 }

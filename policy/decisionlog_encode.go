@@ -14,7 +14,8 @@ import (
 // checks that over generated events with every field set). Only dynamic
 // values (claims, schemas, arguments, result extras) go through
 // auditlog.AppendCanonical; parts that are the same in every event
-// (labels, bundles) are encoded once per log.
+// (labels, bundles) are encoded once per log, and tools and servers equal
+// to ones already written are not encoded again (decisionlog_memo.go).
 
 // eventEncoder holds the encoded constant parts of a log's events.
 type eventEncoder struct {
@@ -22,6 +23,7 @@ type eventEncoder struct {
 	labelsJSON  []byte
 	bundles     map[string]BundleRevision
 	bundlesJSON []byte
+	memo        definitionMemo
 }
 
 func newEventEncoder(labels map[string]string, bundles map[string]BundleRevision) *eventEncoder {
@@ -80,8 +82,7 @@ func (x *eventEncoder) encode(b []byte, ev *Event) (auditlog.Encoded, error) {
 	if len(ev.Masked) > 0 {
 		b = appendStrings(append(b, `,"masked":`...), ev.Masked)
 	}
-	b = append(b, `,"metrics":`...)
-	if b, err = auditlog.AppendCanonical(b, ev.Metrics); err != nil {
+	if b, err = appendMetrics(append(b, `,"metrics":`...), ev.Metrics); err != nil {
 		return auditlog.Encoded{}, err
 	}
 	b = append(b, `,"path":`...)
@@ -103,14 +104,14 @@ func (x *eventEncoder) encode(b []byte, ev *Event) (auditlog.Encoded, error) {
 func (x *eventEncoder) value(b []byte, v any) ([]byte, error) {
 	switch v := v.(type) {
 	case Input:
-		return appendInput(b, &v)
+		return x.appendInput(b, &v)
 	case *Input:
 		if v == nil {
 			return append(b, "null"...), nil
 		}
-		return appendInput(b, v)
+		return x.appendInput(b, v)
 	case listInput:
-		return appendListInput(b, &v)
+		return x.appendListInput(b, &v)
 	case []listResult:
 		if v == nil {
 			return append(b, "null"...), nil
@@ -124,17 +125,12 @@ func (x *eventEncoder) value(b []byte, v any) ([]byte, error) {
 		}
 		return append(b, ']'), nil
 	case decisionResult:
-		if len(v.Extra) > 0 {
-			return auditlog.AppendCanonical(b, Decision(v).Result())
+		return appendDecisionResult(b, &v)
+	case *decisionResult:
+		if v == nil {
+			return append(b, "null"...), nil
 		}
-		b = appendBool(append(b, `{"allow":`...), v.Allow)
-		if v.Hidden {
-			b = append(b, `,"hidden":true`...)
-		}
-		if v.Reason != "" {
-			b = auditlog.AppendString(append(b, `,"reason":`...), v.Reason)
-		}
-		return append(b, '}'), nil
+		return appendDecisionResult(b, v)
 	case listRepeat:
 		b = append(b, `{"same_as":{"decision_id":`...)
 		b = auditlog.AppendString(b, v.SameAs.DecisionID)
@@ -142,6 +138,35 @@ func (x *eventEncoder) value(b []byte, v any) ([]byte, error) {
 		return append(auditlog.AppendString(b, v.SameAs.Hash), '}', '}'), nil
 	}
 	return auditlog.AppendCanonical(b, v)
+}
+
+func appendDecisionResult(b []byte, v *decisionResult) ([]byte, error) {
+	if len(v.Extra) > 0 {
+		return auditlog.AppendCanonical(b, Decision(*v).Result())
+	}
+	b = appendBool(append(b, `{"allow":`...), v.Allow)
+	if v.Hidden {
+		b = append(b, `,"hidden":true`...)
+	}
+	if v.Reason != "" {
+		b = auditlog.AppendString(append(b, `,"reason":`...), v.Reason)
+	}
+	return append(b, '}'), nil
+}
+
+// appendMetrics writes the metrics of a decision's event (the two timers,
+// in sorted order) without sorting a map; others generically.
+func appendMetrics(b []byte, m map[string]int64) ([]byte, error) {
+	if len(m) == 2 {
+		took, ok1 := m[timerDecision]
+		eval, ok2 := m[timerEval]
+		if ok1 && ok2 {
+			b = strconv.AppendInt(append(b, `{"`+timerDecision+`":`...), took, 10)
+			b = strconv.AppendInt(append(b, `,"`+timerEval+`":`...), eval, 10)
+			return append(b, '}'), nil
+		}
+	}
+	return auditlog.AppendCanonical(b, m)
 }
 
 func appendStrings(b []byte, s []string) []byte {
@@ -163,7 +188,7 @@ func appendBool(b []byte, v bool) []byte { return strconv.AppendBool(b, v) }
 // appendInput writes an Input's members in sorted order: action,
 // arguments, principal, prompt, request_id, resource, server, session_id,
 // time, tool.
-func appendInput(b []byte, in *Input) ([]byte, error) {
+func (x *eventEncoder) appendInput(b []byte, in *Input) ([]byte, error) {
 	var err error
 	b = append(b, `{"action":`...)
 	b = auditlog.AppendString(b, string(in.Action))
@@ -184,13 +209,13 @@ func appendInput(b []byte, in *Input) ([]byte, error) {
 	if in.Resource != nil {
 		b = appendResource(append(b, `,"resource":`...), in.Resource)
 	}
-	b = appendServer(append(b, `,"server":`...), &in.Server)
+	b = x.memo.appendServer(append(b, `,"server":`...), &in.Server)
 	if in.SessionID != "" {
 		b = auditlog.AppendString(append(b, `,"session_id":`...), in.SessionID)
 	}
 	b = auditlog.AppendString(append(b, `,"time":`...), in.Time)
 	if in.Tool != nil {
-		if b, err = appendTool(append(b, `,"tool":`...), in.Tool); err != nil {
+		if b, err = x.memo.appendTool(append(b, `,"tool":`...), in.Tool); err != nil {
 			return nil, err
 		}
 	}
@@ -300,14 +325,14 @@ func appendPrompt(b []byte, p *Prompt) []byte {
 
 // appendListInput writes action, principal, prompts, request_id,
 // resources, session_id, time, tools.
-func appendListInput(b []byte, li *listInput) ([]byte, error) {
+func (x *eventEncoder) appendListInput(b []byte, li *listInput) ([]byte, error) {
 	var err error
 	b = auditlog.AppendString(append(b, `{"action":`...), string(li.Action))
 	if b, err = appendPrincipal(append(b, `,"principal":`...), &li.Principal); err != nil {
 		return nil, err
 	}
 	if len(li.Prompts) > 0 {
-		if b, err = appendListedItems(append(b, `,"prompts":`...), li.Prompts); err != nil {
+		if b, err = x.appendListedItems(append(b, `,"prompts":`...), li.Prompts); err != nil {
 			return nil, err
 		}
 	}
@@ -315,7 +340,7 @@ func appendListInput(b []byte, li *listInput) ([]byte, error) {
 		b = auditlog.AppendString(append(b, `,"request_id":`...), li.RequestID)
 	}
 	if len(li.Resources) > 0 {
-		if b, err = appendListedItems(append(b, `,"resources":`...), li.Resources); err != nil {
+		if b, err = x.appendListedItems(append(b, `,"resources":`...), li.Resources); err != nil {
 			return nil, err
 		}
 	}
@@ -324,7 +349,7 @@ func appendListInput(b []byte, li *listInput) ([]byte, error) {
 	}
 	b = auditlog.AppendString(append(b, `,"time":`...), li.Time)
 	if len(li.Tools) > 0 {
-		if b, err = appendListedItems(append(b, `,"tools":`...), li.Tools); err != nil {
+		if b, err = x.appendListedItems(append(b, `,"tools":`...), li.Tools); err != nil {
 			return nil, err
 		}
 	}
@@ -333,7 +358,7 @@ func appendListInput(b []byte, li *listInput) ([]byte, error) {
 
 // appendListedItems writes items as [{prompt, resource, server, tool}, …].
 // Once the first item is written, b grows for all of them at once.
-func appendListedItems(b []byte, items listedInputs) ([]byte, error) {
+func (x *eventEncoder) appendListedItems(b []byte, items listedInputs) ([]byte, error) {
 	var err error
 	b = append(b, '[')
 	start := len(b)
@@ -352,9 +377,9 @@ func appendListedItems(b []byte, items listedInputs) ([]byte, error) {
 		if it.Resource != nil {
 			b = append(appendResource(append(b, `"resource":`...), it.Resource), ',')
 		}
-		b = appendServer(append(b, `"server":`...), &it.Server)
+		b = x.memo.appendServer(append(b, `"server":`...), &it.Server)
 		if it.Tool != nil {
-			if b, err = appendTool(append(b, `,"tool":`...), it.Tool); err != nil {
+			if b, err = x.memo.appendTool(append(b, `,"tool":`...), it.Tool); err != nil {
 				return nil, err
 			}
 		}

@@ -89,6 +89,12 @@ func TestEventEncoderEqualsMarshal(t *testing.T) {
 		if i%3 == 0 {
 			ev.Labels, ev.Bundles = labels, bundles
 		}
+		switch i % 5 {
+		case 1: // a decision's own metrics, written without a map sort
+			ev.Metrics = map[string]int64{timerDecision: r.Int64N(1 << 40), timerEval: -r.Int64N(1 << 40)}
+		case 2:
+			ev.Metrics = map[string]int64{timerDecision: 1, "cache_hits": 2}
+		}
 		switch i % 7 {
 		case 0:
 			var in Input
@@ -112,6 +118,14 @@ func TestEventEncoderEqualsMarshal(t *testing.T) {
 			var in Input
 			populate(r, reflect.ValueOf(&in).Elem(), 0)
 			ev.Input, ev.Result = &in, nil
+			if i%2 == 0 {
+				var dec Decision
+				populate(r, reflect.ValueOf(&dec).Elem(), 0)
+				if i%4 == 0 {
+					dec.Extra = nil
+				}
+				ev.Result = (*decisionResult)(&dec)
+			}
 		case 3:
 			var in listInput
 			populate(r, reflect.ValueOf(&in).Elem(), 0)

@@ -154,7 +154,12 @@ func sameContext(a, b *Input) bool {
 		!sameSlice(sa.Confinement.Missing, sb.Confinement.Missing) {
 		return false
 	}
-	ca, cb := &sa.Confinement, &sb.Confinement
+	return sameConfinement(&sa.Confinement, &sb.Confinement)
+}
+
+// sameConfinement reports whether a and b are equal in every field but
+// Missing, which callers compare as they need.
+func sameConfinement(ca, cb *Confinement) bool {
 	return ca.ProcessGroup == cb.ProcessGroup && ca.PIDNamespace == cb.PIDNamespace &&
 		ca.ParentDeathSignal == cb.ParentDeathSignal && ca.EnvironmentInherited == cb.EnvironmentInherited &&
 		ca.Level == cb.Level && ca.UserNamespace == cb.UserNamespace && ca.MountNamespace == cb.MountNamespace &&

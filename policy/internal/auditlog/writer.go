@@ -14,8 +14,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -62,6 +64,7 @@ type Writer struct {
 	mu      sync.Mutex
 	w       io.Writer
 	f       *os.File
+	fd      uintptr // f's descriptor, written to directly
 	size    int64
 	prev    [sha256.Size * 2]byte
 	syncErr error // a failed fsync: the log may have lost records
@@ -99,7 +102,7 @@ func Open(path string, opts Options) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open decision log: %w", err)
 	}
-	w := &Writer{opts: opts, path: path, w: f, f: f, file: 1}
+	w := &Writer{opts: opts, path: path, w: f, f: f, fd: f.Fd(), file: 1}
 	copy(w.prev[:], Genesis)
 	st, err := f.Stat()
 	if err != nil {
@@ -208,7 +211,7 @@ func (w *Writer) append(line []byte, prevAt int, onlyInFile uint64) (Appended, e
 			return Appended{}, err
 		}
 	}
-	if _, err := w.w.Write(line); err != nil {
+	if err := w.write(line); err != nil {
 		if w.f != nil {
 			_ = w.f.Truncate(w.size) // leave no partial record behind
 		}
@@ -234,6 +237,31 @@ func (w *Writer) append(line []byte, prevAt int, onlyInFile uint64) (Appended, e
 		w.tee(bytes.Clone(line)) // line may be the caller's buffer
 	}
 	return Appended{Hash: string(hash[:]), File: w.file}, nil
+}
+
+// write hands line to the kernel: a file's with write(2) on its
+// descriptor directly (os.File's locking and poller bookkeeping are
+// redundant under w.mu), an io.Writer's with Write.
+func (w *Writer) write(line []byte) error {
+	if w.f == nil {
+		_, err := w.w.Write(line)
+		return err
+	}
+	fd := int(w.fd)
+	for len(line) > 0 {
+		n, err := syscall.Write(fd, line)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return &os.PathError{Op: "write", Path: w.f.Name(), Err: err}
+		case n == 0:
+			return io.ErrShortWrite
+		}
+		line = line[n:]
+	}
+	runtime.KeepAlive(w.f) // its finalizer would close fd
+	return nil
 }
 
 // placeholderBuffers are reused by Append for the event with its
@@ -291,7 +319,7 @@ func (w *Writer) rotate() error {
 		return fmt.Errorf("rotate decision log: %w", err)
 	}
 	_ = w.f.Close()
-	w.f, w.w, w.size = f, f, 0
+	w.f, w.w, w.fd, w.size = f, f, f.Fd(), 0
 	w.file++
 	if w.opts.Sync != SyncNever {
 		syncDir(filepath.Dir(w.path))
