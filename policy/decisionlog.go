@@ -49,6 +49,12 @@ type Event struct {
 	// Custom holds notes of the gateway, such as a failing drop or mask
 	// rule.
 	Custom map[string]any `json:"custom,omitempty"`
+	// NDBuiltinCache holds what the non-deterministic builtins the
+	// evaluation called returned, by builtin and arguments
+	// ({"time.now_ns": {"[]": 1700000000000000000}}), as OPA logs it, so
+	// that a replay decides as the evaluation did. Absent when the policy
+	// called none.
+	NDBuiltinCache any `json:"nd_builtin_cache,omitempty"`
 }
 
 func (ev *Event) note(key, value string) {
@@ -156,6 +162,23 @@ type listResult struct {
 	Prompt   string `json:"prompt,omitempty"`
 	Decision
 	Error string `json:"error,omitempty"`
+	// NDBuiltinCache is Event.NDBuiltinCache of this item's evaluation.
+	NDBuiltinCache any `json:"nd_builtin_cache,omitempty"`
+}
+
+// calledWithArguments reports whether an nd_builtin_cache holds a call with
+// arguments (a key other than "[]").
+func calledWithArguments(nd any) bool {
+	byBuiltin, _ := nd.(map[string]any)
+	for _, calls := range byBuiltin {
+		m, _ := calls.(map[string]any)
+		for args := range m {
+			if args != "[]" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // DecisionLog writes decision events as JSON lines. Each event is written
@@ -397,6 +420,19 @@ func (l *DecisionLog) fillEvent(c *callEvent, in *Input, dec Decision, evalErr e
 	}
 	c.result = decisionResult(dec)
 	c.Input, c.Result = &c.input, &c.result
+	if dec.nondeterministic != nil {
+		nd, err := decodeJSON(dec.nondeterministic)
+		switch {
+		case err != nil:
+			c.note("nd_builtin_cache_error", err.Error())
+		case c.input.Arguments == nil && in.Arguments != nil && calledWithArguments(nd):
+			// Arguments are erased by the default mask: so is what builtins
+			// were called with, which may hold them.
+			c.Erased = append(c.Erased, "/nd_builtin_cache")
+		default:
+			c.NDBuiltinCache = nd
+		}
+	}
 	if evalErr != nil {
 		c.Error = &EventError{Code: "evaluation_error", Message: evalErr.Error()}
 	}
@@ -411,6 +447,11 @@ func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []
 			li.Action, li.Principal, li.RequestID, li.SessionID, li.Time = in.Action, in.Principal, in.RequestID, in.SessionID, in.Time
 		}
 		results[i] = listResult{Decision: decisions[i]}
+		if nd := decisions[i].nondeterministic; nd != nil {
+			if v, err := decodeJSON(nd); err == nil {
+				results[i].NDBuiltinCache = v
+			}
+		}
 		switch {
 		case in.Tool != nil:
 			results[i].Tool = in.Tool.Name

@@ -85,6 +85,11 @@ func (x *eventEncoder) encode(b []byte, ev *Event) (auditlog.Encoded, error) {
 	if b, err = appendMetrics(append(b, `,"metrics":`...), ev.Metrics); err != nil {
 		return auditlog.Encoded{}, err
 	}
+	if ev.NDBuiltinCache != nil {
+		if b, err = auditlog.AppendCanonical(append(b, `,"nd_builtin_cache":`...), ev.NDBuiltinCache); err != nil {
+			return auditlog.Encoded{}, err
+		}
+	}
 	b = append(b, `,"path":`...)
 	b = append(auditlog.AppendString(b, ev.Path), ',')
 	b, prevAt := auditlog.AppendPrevHash(b)
@@ -121,7 +126,10 @@ func (x *eventEncoder) value(b []byte, v any) ([]byte, error) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendListResult(b, &v[i])
+			var err error
+			if b, err = appendListResult(b, &v[i]); err != nil {
+				return nil, err
+			}
 		}
 		return append(b, ']'), nil
 	case decisionResult:
@@ -388,15 +396,21 @@ func (x *eventEncoder) appendListedItems(b []byte, items listedInputs) ([]byte, 
 	return append(b, ']'), nil
 }
 
-// appendListResult writes allow, error, hidden, prompt, reason, resource,
-// tool.
-func appendListResult(b []byte, r *listResult) []byte {
+// appendListResult writes allow, error, hidden, nd_builtin_cache, prompt,
+// reason, resource, tool.
+func appendListResult(b []byte, r *listResult) ([]byte, error) {
 	b = appendBool(append(b, `{"allow":`...), r.Allow)
 	if r.Error != "" {
 		b = auditlog.AppendString(append(b, `,"error":`...), r.Error)
 	}
 	if r.Hidden {
 		b = append(b, `,"hidden":true`...)
+	}
+	if r.NDBuiltinCache != nil {
+		var err error
+		if b, err = auditlog.AppendCanonical(append(b, `,"nd_builtin_cache":`...), r.NDBuiltinCache); err != nil {
+			return nil, err
+		}
 	}
 	if r.Prompt != "" {
 		b = auditlog.AppendString(append(b, `,"prompt":`...), r.Prompt)
@@ -410,5 +424,5 @@ func appendListResult(b []byte, r *listResult) []byte {
 	if r.Tool != "" {
 		b = auditlog.AppendString(append(b, `,"tool":`...), r.Tool)
 	}
-	return append(b, '}')
+	return append(b, '}'), nil
 }

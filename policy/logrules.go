@@ -95,6 +95,10 @@ func (lr *LogRules) apply(ctx context.Context, ev *Event) (drop bool, err error)
 	if err != nil {
 		ev.Input, ev.Result = nil, nil
 		ev.Erased = []string{"/input", "/result"}
+		if ev.NDBuiltinCache != nil {
+			ev.NDBuiltinCache = nil
+			ev.Erased = append(ev.Erased, "/nd_builtin_cache")
+		}
 		ev.note("mask_error", err.Error())
 	}
 	return false, nil
@@ -108,14 +112,13 @@ func (lr *LogRules) applyMask(ev *Event, v any) error {
 	}
 	// Work on a JSON copy of input and result, so nothing the caller still
 	// holds (the decision, the arguments) is changed.
-	var doc struct {
+	type maskDoc struct {
 		Input  any `json:"input"`
 		Result any `json:"result"`
+		ND     any `json:"nd_builtin_cache"`
 	}
-	b, err := json.Marshal(struct {
-		Input  any `json:"input"`
-		Result any `json:"result"`
-	}{ev.Input, ev.Result})
+	var doc maskDoc
+	b, err := json.Marshal(maskDoc{ev.Input, ev.Result, ev.NDBuiltinCache})
 	if err != nil {
 		return err
 	}
@@ -141,8 +144,11 @@ func (lr *LogRules) applyMask(ev *Event, v any) error {
 			return err
 		}
 		root := &doc.Input
-		if parts[0] == "result" {
+		switch parts[0] {
+		case "result":
 			root = &doc.Result
+		case "nd_builtin_cache":
+			root = &doc.ND
 		}
 		var done bool
 		switch op {
@@ -160,19 +166,19 @@ func (lr *LogRules) applyMask(ev *Event, v any) error {
 			return fmt.Errorf("%s: op %q is not remove or upsert", MaskRule, op)
 		}
 	}
-	ev.Input, ev.Result = doc.Input, doc.Result
+	ev.Input, ev.Result, ev.NDBuiltinCache = doc.Input, doc.Result, doc.ND
 	return nil
 }
 
 // maskPath splits a mask path into its unescaped parts; the first is
-// "input" or "result".
+// "input", "result" or "nd_builtin_cache".
 func maskPath(path string) ([]string, error) {
 	if !strings.HasPrefix(path, "/") {
 		return nil, fmt.Errorf("%s: path %q does not start with /", MaskRule, path)
 	}
 	parts := strings.Split(path[1:], "/")
-	if parts[0] != "input" && parts[0] != "result" {
-		return nil, fmt.Errorf("%s: path %q is not under /input or /result", MaskRule, path)
+	if parts[0] != "input" && parts[0] != "result" && parts[0] != "nd_builtin_cache" {
+		return nil, fmt.Errorf("%s: path %q is not under /input, /result or /nd_builtin_cache", MaskRule, path)
 	}
 	for i, p := range parts {
 		u, err := url.PathUnescape(p)

@@ -3,9 +3,11 @@ package policy_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -81,7 +83,7 @@ func TestFailingMaskRuleErasesInputAndResult(t *testing.T) {
 	ev := events(t, buf)[0]
 	assert.Nil(t, ev["input"])
 	assert.Equal(t, []any{"/input", "/result"}, ev["erased"])
-	assert.Contains(t, ev["custom"].(map[string]any)["mask_error"], "not under /input or /result")
+	assert.Contains(t, ev["custom"].(map[string]any)["mask_error"], "not under /input, /result or /nd_builtin_cache")
 	assert.NotContains(t, buf.String(), "secret-ish")
 }
 
@@ -146,4 +148,66 @@ func TestDecisionLogReportsItsLastHashOnClose(t *testing.T) {
 	s, err := policy.VerifyDecisionLog([]string{path}, true)
 	require.NoError(t, err)
 	assert.Contains(t, oplog.String(), `msg="decision log closed" last_hash=`+s.LastHash)
+}
+
+// A policy calling non-deterministic builtins has their results in its
+// events' nd_builtin_cache, as OPA logs them, with either engine and in
+// list events per item. Under the default mask, which erases arguments,
+// calls with arguments are erased too (they may hold them); a mask rule
+// can remove parts of it.
+func TestEventsRecordNondeterministicBuiltins(t *testing.T) {
+	p := policyDir(t, map[string]string{"p.rego": `package mcp.warden
+
+decision := {"allow": true, "at": time.now_ns()} if not input.arguments.seed
+
+decision := {"allow": true, "n": rand.intn(input.arguments.seed, 1000)} if input.arguments.seed
+`})
+	ctx := context.Background()
+	regoEngine, err := policy.NewRegoEngine(ctx, p, nil)
+	require.NoError(t, err)
+	for name, e := range map[string]policy.Engine{"rego": regoEngine, "wasm": newWasmEngine(t, p, nil, policy.WasmOptions{})} {
+		t.Run(name, func(t *testing.T) {
+			var buf bytes.Buffer
+			d := policy.NewDecider(e, policy.NewDecisionLog(&syncWriter{w: &buf}, policy.DecisionLogOptions{}))
+			dec := d.Decide(ctx, input(policy.ActionToolsCall, "x", map[string]any{"path": "a"}))
+			require.True(t, dec.Allow)
+			d.Decide(ctx, input(policy.ActionToolsCall, "x", map[string]any{"seed": "secret-seed"}))
+			d.DecideExposure(ctx, []policy.Input{input(policy.ActionToolsList, "x", nil), input(policy.ActionToolsList, "y", nil)})
+			evs := events(t, &buf)
+			require.Len(t, evs, 3)
+
+			at := dec.Extra["at"].(json.Number)
+			assert.Contains(t, strings.SplitN(buf.String(), "\n", 2)[0], `"nd_builtin_cache":{"time.now_ns":{"[]":`+string(at)+`}}`,
+				"the value the decision saw, exactly")
+			assert.NotContains(t, evs[1], "nd_builtin_cache", "a call with arguments, arguments erased")
+			assert.Contains(t, evs[1]["erased"], "/nd_builtin_cache")
+			assert.NotContains(t, buf.String(), "secret-seed")
+			for _, item := range evs[2]["result"].([]any) {
+				assert.Contains(t, item.(map[string]any)["nd_builtin_cache"], "time.now_ns")
+			}
+		})
+	}
+
+	masked := policyDir(t, map[string]string{"p.rego": `package mcp.warden
+
+decision := {"allow": true, "n": rand.intn(input.arguments.seed, 1000), "at": time.now_ns()}
+`, "log.rego": `package system.log
+
+mask contains "/input/arguments/seed"
+mask contains "/nd_builtin_cache/rand.intn"
+`})
+	d, buf := newDecider(t, masked, nil, policy.DecisionLogOptions{})
+	require.True(t, d.Decide(ctx, input(policy.ActionToolsCall, "x", map[string]any{"seed": "secret-seed"})).Allow)
+	ev := events(t, buf)[0]
+	assert.Equal(t, []any{"time.now_ns"}, mapKeys(ev["nd_builtin_cache"]), "the mask rule removed rand.intn")
+	assert.ElementsMatch(t, []any{"/input/arguments/seed", "/nd_builtin_cache/rand.intn"}, ev["erased"])
+	assert.NotContains(t, buf.String(), "secret-seed")
+}
+
+func mapKeys(v any) []any {
+	var keys []any
+	for k := range v.(map[string]any) {
+		keys = append(keys, k)
+	}
+	return keys
 }
