@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -107,7 +108,15 @@ func (fs inputFields) appendValue(b []byte, v reflect.Value) ([]byte, error) {
 		return append(b, '}'), nil
 	}
 	// Read whole, or not a document with members (a path into a string,
-	// say, reads nothing more than the value).
+	// say, reads nothing more than the value). Strings and booleans, what
+	// policies mostly read, are written without encoding/json's reflection
+	// (the same JSON value; AppendString escapes as the log does).
+	switch v.Kind() {
+	case reflect.String:
+		return auditlog.AppendString(b, v.String()), nil
+	case reflect.Bool:
+		return strconv.AppendBool(b, v.Bool()), nil
+	}
 	enc, err := json.Marshal(v.Interface())
 	if err != nil {
 		return nil, err
