@@ -23,13 +23,13 @@ import (
 // inputBridge carries the server→client requests of a server that speaks
 // only the legacy era (elicitation/create, sampling/createMessage,
 // roots/list) to a 2026-07-28 client, which is never sent requests: the
-// client's tools/call is answered with an input_required result holding
-// the server's requests, and the server's call is held open, waiting,
-// until the client retries with its answers (see RATIONALE.md, "Input
-// requests across eras").
+// client's tools/call, prompts/get or resources/read is answered with an
+// input_required result holding the server's requests, and the server's
+// call is held open, waiting, until the client retries with its answers
+// (see RATIONALE.md, "Input requests across eras").
 //
 // A held call is found again by its requestState, an unguessable token
-// bound to the principal that made the call, the tool and the arguments;
+// bound to the principal that made the call and to the request it made;
 // it is cancelled on the server when the client does not come back within
 // the timeout. The number of held calls is bounded per principal and in
 // all.
@@ -45,17 +45,25 @@ type inputBridge struct {
 	closed       bool
 }
 
-// bridgedCall is one client tools/call served over a legacy link for a
+// bridgedRequest is what a held call was started for: its retries must
+// repeat it exactly.
+type bridgedRequest struct {
+	method string // tools/call, prompts/get or resources/read
+	name   string // the tool or prompt as the client named it, or the resource URI
+	args   any    // the tool's or prompt's arguments; nil for a resource
+}
+
+// bridgedCall is one client request served over a legacy link for a
 // 2026-07-28 client, across all the round trips it takes.
 type bridgedCall struct {
 	state     string // the requestState the client must send back
 	principal string // principalIdentity of the caller
-	tool      string
-	args      map[string]any
+	request   bridgedRequest
 	ctx       context.Context // the server call's; cancel ends it
 	cancel    context.CancelFunc
 	asks      chan *upstreamAsk       // the server's requests, as they come
 	done      chan bridgedOutcome     // the server call's result; buffered
+	relayed   *relayedCounter         // the link's notifications read and not yet relayed
 	expiry    *time.Timer             // set while parked
 	caps      *mcp.ClientCapabilities // what the client declared in the first round
 	counted   bool                    // counted against the limits (guarded by inputBridge.mu)
@@ -80,7 +88,7 @@ type askAnswer struct {
 }
 
 type bridgedOutcome struct {
-	res *mcp.CallToolResult
+	res mcp.Result
 	err error
 }
 
@@ -101,40 +109,59 @@ func newInputBridge(cfg InputRequestsConfig, logger *slog.Logger) *inputBridge {
 		parked: map[string]*bridgedCall{}, perPrincipal: map[string]int{}}
 }
 
-// call serves one round of a bridged tools/call: a first call starts the
+// forwardBridged sends the downstream request in ctx upstream (call),
+// through g's input bridge when a 2026-07-28 client's request goes to a
+// server of an older era, which asks for input with requests of its own.
+func forwardBridged[R mcp.Result](g *Gateway, ctx context.Context, principal policy.Principal, u *upstream,
+	req bridgedRequest, call func(context.Context) (R, error)) (R, error) {
+	if !requestMetaFrom(ctx).modern || u.modern != nil {
+		return call(ctx)
+	}
+	var zero R
+	res, asked, state, err := g.inputs.call(ctx, principal, req, &u.legacy.relayed, g.inBackground,
+		func(ctx context.Context) (mcp.Result, error) { return call(ctx) })
+	switch {
+	case err != nil:
+		return zero, err
+	case asked != nil:
+		return inputRequired[R](asked, state)
+	}
+	return res.(R), nil
+}
+
+// call serves one round of a bridged request: a first round starts the
 // server call (run) on spawn's goroutine; a retry (requestState set) finds
 // the held call, gives the server the client's answers and continues it.
-// Either way it returns the server's result, or an input_required result
-// when the server asks the client for something.
-func (b *inputBridge) call(ctx context.Context, principal policy.Principal, tool string, args map[string]any,
-	spawn func(func()) bool, run func(context.Context) (*mcp.CallToolResult, error)) (*mcp.CallToolResult, error) {
+// Either way it returns the server's result, or the server's requests for
+// the client and the requestState of the call held for its answers.
+func (b *inputBridge) call(ctx context.Context, principal policy.Principal, req bridgedRequest, relayed *relayedCounter,
+	spawn func(func()) bool, run func(context.Context) (mcp.Result, error)) (mcp.Result, mcp.InputRequestMap, string, error) {
 	down := requestMetaFrom(ctx)
 	who := principalIdentity(principalDefaults(principal))
+	var c *bridgedCall
+	var err error
 	if down.requestState != "" {
-		c, err := b.resume(down.requestState, who, tool, args)
-		if err != nil {
-			return nil, err
-		}
-		c.answer(down.inputResponses)
-		return b.await(ctx, c)
+		c, err = b.resume(down.requestState, who, req)
+	} else {
+		c, err = b.start(ctx, who, req, relayed, spawn, run)
 	}
-	c, err := b.start(ctx, who, tool, args, spawn, run)
 	if err != nil {
-		return nil, err
+		return nil, nil, "", err
 	}
-	return b.await(ctx, c)
+	res, asked, err := b.await(ctx, c, down.inputResponses)
+	return res, asked, c.state, err
 }
 
 // start runs the server call on its own goroutine, under a context of its
 // own: it outlives the client request that started it.
-func (b *inputBridge) start(ctx context.Context, who, tool string, args map[string]any,
-	spawn func(func()) bool, run func(context.Context) (*mcp.CallToolResult, error)) (*bridgedCall, error) {
+func (b *inputBridge) start(ctx context.Context, who string, req bridgedRequest, relayed *relayedCounter,
+	spawn func(func()) bool, run func(context.Context) (mcp.Result, error)) (*bridgedCall, error) {
 	state, err := newRequestState()
 	if err != nil {
 		return nil, err
 	}
 	down := requestMetaFrom(ctx)
-	c := &bridgedCall{state: state, principal: who, tool: tool, args: args, caps: down.caps,
+	c := &bridgedCall{state: state, principal: who, request: req, caps: down.caps, relayed: relayed,
 		asks: make(chan *upstreamAsk), done: make(chan bridgedOutcome, 1), waiting: map[string]*upstreamAsk{}}
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	m := down
@@ -159,42 +186,50 @@ func (b *inputBridge) start(ctx context.Context, who, tool string, args map[stri
 	return c, nil
 }
 
-// await answers the client request in ctx with what comes first from the
-// server call: its result, or requests for the client (then the call is
-// parked until the client's retry). A client that goes away ends the call.
-func (b *inputBridge) await(ctx context.Context, c *bridgedCall) (*mcp.CallToolResult, error) {
+// await gives the server the client's answers and answers the client
+// request in ctx with what comes first from the server call: its result,
+// or requests for the client (then the call is parked until the client's
+// retry). A client that goes away ends the call.
+func (b *inputBridge) await(ctx context.Context, c *bridgedCall, answers mcp.InputResponseMap) (mcp.Result, mcp.InputRequestMap, error) {
+	// What the server sent while the call was parked had no round to go
+	// to: it is dropped, not sent on this one.
+	c.relayed.wait(ctx)
 	c.setRound(requestMetaFrom(ctx))
 	defer c.setRound(requestMeta{})
+	c.answer(answers)
 	for {
 		if c.unanswered() == 0 {
 			select {
 			case out := <-c.done:
 				b.release(c)
-				return out.res, out.err
+				return out.res, nil, out.err
 			case ask := <-c.asks:
 				c.add(ask)
 				c.drain()
 			case <-ctx.Done():
 				b.release(c)
-				return nil, ctx.Err()
+				return nil, nil, ctx.Err()
 			}
 		}
-		if res, ok := b.park(c); ok {
-			return res, nil
+		// What the server sent before its requests reaches this round
+		// before the round ends: parked, the call has none to go to.
+		c.relayed.wait(ctx)
+		if asked, ok := b.park(c); ok {
+			return nil, asked, nil
 		}
 		// Over a limit: the server's requests were refused; its call goes on.
 	}
 }
 
-// park holds c for the client's retry and returns the input_required
-// result that asks the client for what the server waits for. Holding one
-// more call over a limit refuses the server's requests instead (false).
-func (b *inputBridge) park(c *bridgedCall) (*mcp.CallToolResult, bool) {
+// park holds c for the client's retry and returns what the server waits
+// for from the client. Holding one more call over a limit refuses the
+// server's requests instead (false).
+func (b *inputBridge) park(c *bridgedCall) (mcp.InputRequestMap, bool) {
 	b.mu.Lock()
 	if !c.counted {
 		if b.held >= b.cfg.MaxHeld || b.perPrincipal[c.principal] >= b.cfg.MaxPerPrincipal {
 			b.mu.Unlock()
-			b.logger.Warn("call not held for client input: limit reached", "tool", c.tool,
+			b.logger.Warn("call not held for client input: limit reached", "method", c.request.method, "name", c.request.name,
 				"held", b.cfg.MaxHeld, "per_principal", b.cfg.MaxPerPrincipal)
 			c.refuseAll(errHeldCallsExhausted)
 			return nil, false
@@ -206,21 +241,21 @@ func (b *inputBridge) park(c *bridgedCall) (*mcp.CallToolResult, bool) {
 	b.parked[c.state] = c
 	c.expiry = time.AfterFunc(b.cfg.Timeout, func() { b.expire(c) })
 	b.mu.Unlock()
-	return inputRequired(c.requests(), c.state), true
+	return c.requests(), true
 }
 
 // resume takes the call parked under state for a retry by the principal
-// who, of the same tool with the same arguments.
-func (b *inputBridge) resume(state, who, tool string, args map[string]any) (*bridgedCall, error) {
+// who of the same request (method, name and arguments).
+func (b *inputBridge) resume(state, who string, req bridgedRequest) (*bridgedCall, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.parked[state]
 	if c == nil || c.principal != who {
 		return nil, errUnknownRequestState
 	}
-	if c.tool != tool || !reflect.DeepEqual(c.args, args) {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
-			Message: "requestState was issued for another tool call: a retry must repeat the tool and its arguments"}
+	if !reflect.DeepEqual(c.request, req) {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf(
+			"requestState was issued for another %s: a retry must repeat the request's name, URI and arguments", c.request.method)}
 	}
 	delete(b.parked, state)
 	c.expiry.Stop()
@@ -255,7 +290,8 @@ func (b *inputBridge) expire(c *bridgedCall) {
 	}
 	delete(b.parked, c.state)
 	b.mu.Unlock()
-	b.logger.Info("call held for client input expired; cancelled on the server", "tool", c.tool, "timeout", b.cfg.Timeout)
+	b.logger.Info("call held for client input expired; cancelled on the server",
+		"method", c.request.method, "name", c.request.name, "timeout", b.cfg.Timeout)
 	b.release(c)
 }
 
@@ -424,19 +460,21 @@ func newRequestState() (string, error) {
 	return "mcp-warden." + base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// inputRequired is the result asking the client for the server's
-// requests: the SDK sets resultType only on results its own tool handlers
-// return, so it is built from its wire form.
-func inputRequired(requests mcp.InputRequestMap, state string) *mcp.CallToolResult {
+// inputRequired is the result (R: *mcp.CallToolResult, *GetPromptResult
+// or *ReadResourceResult) asking the client for the server's requests: the
+// SDK sets resultType only on results its own handlers return, so it is
+// built from its wire form.
+func inputRequired[R mcp.Result](requests mcp.InputRequestMap, state string) (R, error) {
+	var res R
 	wire, err := json.Marshal(map[string]any{"resultType": "input_required", "inputRequests": requests, "requestState": state})
-	var res mcp.CallToolResult
 	if err == nil {
 		err = json.Unmarshal(wire, &res)
 	}
 	if err != nil { // the requests came from the SDK's own types
-		return toolError(fmt.Sprintf("mcp-warden: cannot ask the client for input: %v", err))
+		var zero R
+		return zero, fmt.Errorf("mcp-warden: cannot ask the client for input: %w", err)
 	}
-	return &res
+	return res, nil
 }
 
 // askBridged asks the client of a bridged call for what the server

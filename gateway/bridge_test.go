@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,7 +43,8 @@ func askerGateway(t *testing.T, inputs InputRequestsConfig, names ...string) (g 
 		cfg.Naming = NamingPrefix
 	}
 	for _, name := range names {
-		cfg.Servers = append(cfg.Servers, ServerConfig{Name: name, Command: testenv.BuildGo(t, "./testdata/servers/asker"), Tools: ToolFilter{Allow: []string{"*"}}})
+		cfg.Servers = append(cfg.Servers, ServerConfig{Name: name, Command: testenv.BuildGo(t, "./testdata/servers/asker"), Tools: ToolFilter{Allow: []string{"*"}},
+			Prompts: ToolFilter{Allow: []string{"*"}}, Resources: ToolFilter{Allow: []string{"*"}}})
 	}
 	oplog = &testenv.Buffer{}
 	g, declog = startGateway(t, cfg, WithLogger(slog.New(slog.NewTextHandler(oplog, nil))))
@@ -69,11 +73,17 @@ func modernClient(t *testing.T, ctx context.Context, url, token string, opts *mc
 
 // toolCalls are the tools/call decisions in the log for tool, in order.
 func toolCalls(t *testing.T, declog *decisionLog, tool string) []map[string]any {
+	return decisionsOn(t, declog, "tools/call", "tool", "name", tool)
+}
+
+// decisionsOn are the decisions on action in the log whose input[object][key]
+// is value, in order.
+func decisionsOn(t *testing.T, declog *decisionLog, action, object, key, value string) []map[string]any {
 	var out []map[string]any
 	for _, ev := range declog.events(t) {
 		in, _ := ev["input"].(map[string]any)
-		tl, _ := in["tool"].(map[string]any)
-		if in["action"] == "tools/call" && tl["name"] == tool {
+		o, _ := in[object].(map[string]any)
+		if in["action"] == action && o[key] == value {
 			out = append(out, ev)
 		}
 	}
@@ -184,9 +194,9 @@ func TestE2EHeldCallsAreBoundAndBounded(t *testing.T) {
 	require.ErrorContains(t, err, "unknown or expired requestState")
 	// Alice's retry of another call is refused; the held call stays.
 	_, err = retry(alice, "one__confirm", map[string]any{"question": "other"}, first.RequestState)
-	require.ErrorContains(t, err, "another tool call")
+	require.ErrorContains(t, err, "another tools/call")
 	_, err = retry(alice, "two__confirm", args, first.RequestState)
-	require.ErrorContains(t, err, "another tool call")
+	require.ErrorContains(t, err, "another tools/call")
 	// One held call per principal here: alice's second is refused at the
 	// server (which answers the call itself), bob's is held.
 	res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "two__confirm", Arguments: map[string]any{"question": "again?"}})
@@ -279,4 +289,182 @@ func TestE2EHeldCallRetryIsDecidedAfresh(t *testing.T) {
 	sw.denying.Store(false)
 	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "confirm", Arguments: args, InputResponses: answers, RequestState: first.RequestState})
 	require.ErrorContains(t, err, "unknown or expired requestState", "the denied call is gone")
+}
+
+// switchedGateway is askerGateway deciding with sw, which allows until
+// switched to denying.
+func switchedGateway(t *testing.T, ctx context.Context, inputs InputRequestsConfig) (g *Gateway, url string, oplog *testenv.Buffer, declog *decisionLog, sw *switchedEngine) {
+	t.Helper()
+	g, url, oplog, declog = askerGateway(t, inputs, "asker")
+	allowAll, err := rego.Load(filepath.Join(testenv.RepoRoot(t), "testdata", "policies", "allow-all"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "deny.rego"), []byte(
+		"package mcp.warden\n\ndecision := {\"allow\": false, \"reason\": \"switched to denying\"}\n"), 0o600))
+	denyAll, err := rego.Load(dir)
+	require.NoError(t, err)
+	sw = &switchedEngine{}
+	sw.allow, err = policy.NewRegoEngine(ctx, allowAll, nil)
+	require.NoError(t, err)
+	sw.deny, err = policy.NewRegoEngine(ctx, denyAll, nil)
+	require.NoError(t, err)
+	g.decider = policy.NewDecider(sw, g.declog) // before the first request
+	return g, url, oplog, declog, sw
+}
+
+// acceptAll answers every elicitation of a manual round "accept ok=true".
+func acceptAll(requests mcp.InputRequestMap) mcp.InputResponseMap {
+	answers := mcp.InputResponseMap{}
+	for k := range requests {
+		answers[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}
+	}
+	return answers
+}
+
+// TestE2EPromptsAndResourcesBridgedToModernClients: a 2025-era server's
+// elicitation during a 2026-07-28 client's prompts/get or resources/read
+// reaches that client as an input_required result, and its answer reaches
+// the server, which finishes the same request; each round is decided by
+// policy and logged.
+func TestE2EPromptsAndResourcesBridgedToModernClients(t *testing.T) {
+	g, url, _, declog := askerGateway(t, InputRequestsConfig{}, "asker")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var questions []string
+	cs := modernClient(t, ctx, url, aliceToken, &mcp.ClientOptions{
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			questions = append(questions, req.Params.Message)
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+		},
+	})
+
+	prompt, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "approval", Arguments: map[string]string{"question": "publish?"}})
+	require.NoError(t, err)
+	require.Len(t, prompt.Messages, 1)
+	assert.Equal(t, "accept ok=true", prompt.Messages[0].Content.(*mcp.TextContent).Text)
+	read, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "asker://secret"})
+	require.NoError(t, err)
+	require.Len(t, read.Contents, 1)
+	assert.Equal(t, "secret: accept ok=true", read.Contents[0].Text)
+	assert.Equal(t, []string{"publish?", "reveal the secret?"}, questions)
+
+	gets := decisionsOn(t, declog, "prompts/get", "prompt", "name", "approval")
+	reads := decisionsOn(t, declog, "resources/read", "resource", "uri", "asker://secret")
+	require.Len(t, gets, 2, "the get and its retry are each decided and logged")
+	require.Len(t, reads, 2, "the read and its retry are each decided and logged")
+	for _, ev := range append(gets, reads...) {
+		assert.Equal(t, true, ev["result"].(map[string]any)["allow"])
+		assert.Equal(t, "alice", ev["input"].(map[string]any)["principal"].(map[string]any)["id"])
+	}
+	require.Eventually(t, func() bool { return g.inputs.heldCount() == 0 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// TestE2EHeldPromptsAndReadsAreBoundAndDecidedAfresh: a held prompts/get
+// or resources/read continues only for its principal and the same prompt
+// and arguments or URI; a retry the policy now denies ends it on the
+// server; one whose client does not come back expires.
+func TestE2EHeldPromptsAndReadsAreBoundAndDecidedAfresh(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	g, url, oplog, declog, sw := switchedGateway(t, ctx, InputRequestsConfig{Timeout: 3 * time.Second})
+	manual := &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }}
+	alice := modernClient(t, ctx, url, aliceToken, manual)
+	bob := modernClient(t, ctx, url, bobToken, manual)
+	args := map[string]string{"question": "publish?"}
+	get := func(cs *mcp.ClientSession, args map[string]string, answers mcp.InputResponseMap, state string) (*mcp.GetPromptResult, error) {
+		return cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "approval", Arguments: args, InputResponses: answers, RequestState: state})
+	}
+
+	first, err := get(alice, args, nil, "")
+	require.NoError(t, err)
+	require.True(t, first.NeedsInput())
+	require.Len(t, first.InputRequests, 1)
+	answers := acceptAll(first.InputRequests)
+	for _, req := range first.InputRequests {
+		assert.Equal(t, "publish?", req.(*mcp.ElicitParams).Message)
+	}
+	// Another principal, other arguments, another method: refused, and the
+	// held call stays.
+	_, err = get(bob, args, answers, first.RequestState)
+	require.ErrorContains(t, err, "unknown or expired requestState")
+	_, err = get(alice, map[string]string{"question": "other"}, answers, first.RequestState)
+	require.ErrorContains(t, err, "another prompts/get")
+	_, err = alice.ReadResource(ctx, &mcp.ReadResourceParams{URI: "asker://secret", InputResponses: answers, RequestState: first.RequestState})
+	require.ErrorContains(t, err, "another prompts/get")
+	_, err = alice.CallTool(ctx, &mcp.CallToolParams{Name: "confirm", Arguments: map[string]any{}, InputResponses: answers, RequestState: first.RequestState})
+	require.ErrorContains(t, err, "another prompts/get")
+	assert.Equal(t, 1, g.inputs.heldCount())
+
+	// The policy now denies: the retry gets the denial, and the held get
+	// is cancelled on the server.
+	sw.denying.Store(true)
+	_, err = get(alice, args, answers, first.RequestState)
+	require.ErrorContains(t, err, "denied by policy: switched to denying")
+	waitLine(t, oplog, "approval cancelled")
+	assert.Zero(t, g.inputs.heldCount())
+	gets := decisionsOn(t, declog, "prompts/get", "prompt", "name", "approval")
+	require.Len(t, gets, 4, "the first round and every retry, each decided and logged")
+	assert.Equal(t, true, gets[0]["result"].(map[string]any)["allow"])
+	assert.Equal(t, false, gets[3]["result"].(map[string]any)["allow"])
+	sw.denying.Store(false)
+	_, err = get(alice, args, answers, first.RequestState)
+	require.ErrorContains(t, err, "unknown or expired requestState", "the denied get is gone")
+
+	// A read continues with its answers; one whose client does not come
+	// back expires and is cancelled on the server.
+	read, err := alice.ReadResource(ctx, &mcp.ReadResourceParams{URI: "asker://secret"})
+	require.NoError(t, err)
+	require.True(t, read.NeedsInput())
+	read, err = alice.ReadResource(ctx, &mcp.ReadResourceParams{URI: "asker://secret", InputResponses: acceptAll(read.InputRequests), RequestState: read.RequestState})
+	require.NoError(t, err)
+	require.False(t, read.NeedsInput())
+	assert.Equal(t, "secret: accept ok=true", read.Contents[0].Text)
+	bobs, err := bob.ReadResource(ctx, &mcp.ReadResourceParams{URI: "asker://secret"})
+	require.NoError(t, err)
+	require.True(t, bobs.NeedsInput())
+	waitLine(t, oplog, "secret cancelled")
+	assert.Contains(t, oplog.String(), "call held for client input expired")
+	_, err = bob.ReadResource(ctx, &mcp.ReadResourceParams{URI: "asker://secret", InputResponses: acceptAll(bobs.InputRequests), RequestState: bobs.RequestState})
+	require.ErrorContains(t, err, "unknown or expired requestState")
+	assert.Zero(t, g.inputs.heldCount())
+}
+
+// TestE2EProgressOfABridgedCallReachesTheCurrentRound: what the server
+// notifies during a bridged call goes to the client request being answered
+// at the time, under that request's progress token; what it notifies
+// while the call waits for the client's retry goes nowhere.
+func TestE2EProgressOfABridgedCallReachesTheCurrentRound(t *testing.T) {
+	_, url, oplog, _ := askerGateway(t, InputRequestsConfig{}, "asker")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	var got []string
+	cs := modernClient(t, ctx, url, aliceToken, &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil },
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, fmt.Sprintf("%v: %s", req.Params.ProgressToken, req.Params.Message))
+		}})
+	params := &mcp.CallToolParams{Name: "progress", Arguments: map[string]any{}}
+	params.SetProgressToken("round-1")
+	first, err := cs.CallTool(ctx, params)
+	require.NoError(t, err)
+	require.True(t, first.NeedsInput())
+	waitLine(t, oplog, "progress sent while waiting")
+
+	retry := &mcp.CallToolParams{Name: "progress", Arguments: map[string]any{}, InputResponses: acceptAll(first.InputRequests), RequestState: first.RequestState}
+	retry.SetProgressToken("round-2")
+	res, err := cs.CallTool(ctx, retry)
+	require.NoError(t, err)
+	assert.Equal(t, "accept ok=true", text(t, res))
+	// The client hands notifications to its handler on a goroutine of its own.
+	received := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+	require.Eventually(t, func() bool { return len(received()) >= 2 }, 5*time.Second, 10*time.Millisecond, "got %v", received())
+	assert.Equal(t, []string{"round-1: before", "round-2: after"}, received())
 }

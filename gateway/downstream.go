@@ -38,7 +38,8 @@ type requestMeta struct {
 	meta          mcp.Meta           // the request's _meta
 	progressToken any
 
-	// MRTR retry fields of a tools/call (2026-07-28).
+	// MRTR retry fields of a tools/call, prompts/get or resources/read
+	// (2026-07-28).
 	inputResponses mcp.InputResponseMap
 	requestState   string
 
@@ -269,8 +270,19 @@ func withRequestMeta(ctx context.Context, req mcp.Request) context.Context {
 			m.progressToken = pp.GetProgressToken()
 		}
 	}
-	if c, ok := req.(*mcp.CallToolRequest); ok && c.Params != nil {
-		m.inputResponses, m.requestState = c.Params.InputResponses, c.Params.RequestState
+	switch r := req.(type) {
+	case *mcp.CallToolRequest:
+		if r.Params != nil {
+			m.inputResponses, m.requestState = r.Params.InputResponses, r.Params.RequestState
+		}
+	case *mcp.GetPromptRequest:
+		if r.Params != nil {
+			m.inputResponses, m.requestState = r.Params.InputResponses, r.Params.RequestState
+		}
+	case *mcp.ReadResourceRequest:
+		if r.Params != nil {
+			m.inputResponses, m.requestState = r.Params.InputResponses, r.Params.RequestState
+		}
 	}
 	return context.WithValue(ctx, requestMetaKey{}, m)
 }

@@ -482,6 +482,10 @@ func (g *Gateway) decide(ctx context.Context, principal policy.Principal, in pol
 	var d policy.Decision
 	g.warm.run(func() { d = g.decider.Decide(ctx, in) })
 	g.metrics.observe(in.Action, start, d)
+	if !d.Allow {
+		// A retry the policy now denies ends the call held for it.
+		g.inputs.drop(meta.requestState, principal)
+	}
 	return d
 }
 
@@ -502,8 +506,6 @@ func (g *Gateway) CallTool(ctx context.Context, principal policy.Principal, name
 	}
 	d := g.decide(ctx, principal, policy.Input{Action: policy.ActionToolsCall, Server: e.server, Tool: e.input, Arguments: args})
 	if !d.Allow {
-		// A retry the policy now denies ends the call held for it.
-		g.inputs.drop(requestMetaFrom(ctx).requestState, principal)
 		if d.Hidden {
 			return nil, unknownToolError(name)
 		}
@@ -519,14 +521,7 @@ func (g *Gateway) CallTool(ctx context.Context, principal policy.Principal, name
 				InputResponses: down.inputResponses, RequestState: down.requestState})
 		})
 	}
-	var res *mcp.CallToolResult
-	if down := requestMetaFrom(ctx); down.modern && e.upstream.modern == nil {
-		// A server of an older era asks a 2026-07-28 client for input
-		// through the gateway, which holds the call between round trips.
-		res, err = g.inputs.call(ctx, principal, name, args, g.inBackground, call)
-	} else {
-		res, err = call(ctx)
-	}
+	res, err := forwardBridged(g, ctx, principal, e.upstream, bridgedRequest{method: "tools/call", name: name, args: args}, call)
 	if err == nil {
 		stripServerInfo(res)
 	}

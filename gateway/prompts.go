@@ -30,10 +30,13 @@ func (g *Gateway) GetPrompt(ctx context.Context, principal policy.Principal, par
 	if err != nil {
 		return nil, err
 	}
-	res, err := forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.GetPromptResult, error) {
-		return s.GetPrompt(ctx, &mcp.GetPromptParams{Meta: meta, Name: e.prompt.Name, Arguments: params.Arguments,
-			InputResponses: params.InputResponses, RequestState: params.RequestState})
-	})
+	call := func(ctx context.Context) (*mcp.GetPromptResult, error) {
+		return forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.GetPromptResult, error) {
+			return s.GetPrompt(ctx, &mcp.GetPromptParams{Meta: meta, Name: e.prompt.Name, Arguments: params.Arguments,
+				InputResponses: params.InputResponses, RequestState: params.RequestState})
+		})
+	}
+	res, err := forwardBridged(g, ctx, principal, e.upstream, bridgedRequest{method: "prompts/get", name: params.Name, args: params.Arguments}, call)
 	if err != nil {
 		return nil, upstreamError(e.upstream, err)
 	}

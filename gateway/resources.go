@@ -45,10 +45,13 @@ func (g *Gateway) ReadResource(ctx context.Context, principal policy.Principal, 
 	if err != nil {
 		return nil, err
 	}
-	res, err := forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.ReadResourceResult, error) {
-		return s.ReadResource(ctx, &mcp.ReadResourceParams{Meta: meta, URI: params.URI,
-			InputResponses: params.InputResponses, RequestState: params.RequestState})
-	})
+	call := func(ctx context.Context) (*mcp.ReadResourceResult, error) {
+		return forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.ReadResourceResult, error) {
+			return s.ReadResource(ctx, &mcp.ReadResourceParams{Meta: meta, URI: params.URI,
+				InputResponses: params.InputResponses, RequestState: params.RequestState})
+		})
+	}
+	res, err := forwardBridged(g, ctx, principal, e.upstream, bridgedRequest{method: "resources/read", name: params.URI}, call)
 	if err != nil {
 		return nil, upstreamError(e.upstream, err)
 	}

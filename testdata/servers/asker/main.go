@@ -11,9 +11,19 @@
 //   - roots: sends roots/list and answers with the root URIs, one per line.
 //   - roots_changes: answers with how many notifications/roots/list_changed
 //     it has received.
+//   - progress: with a progress token, notifies progress "before", elicits
+//     "go on?", and notifies "after" once answered; 300ms into the wait it
+//     notifies "while waiting", pings the client (so that the client has
+//     read the notification) and writes "progress sent while waiting" to
+//     stderr. It answers as confirm does.
 //
-// A call cancelled while it waits for the client writes "<tool> cancelled"
-// to stderr; every notifications/roots/list_changed writes "roots changed".
+// The prompt approval {"question"} elicits its question and answers with
+// one user message "<action> ok=<value>"; the resource asker://secret
+// elicits "reveal the secret?" and reads "secret: <action> ok=<value>".
+//
+// A request cancelled while it waits for the client writes "<tool, prompt
+// or resource> cancelled" to stderr; every
+// notifications/roots/list_changed writes "roots changed".
 package main
 
 import (
@@ -36,15 +46,21 @@ func done(msg string) *mcp.CallToolResult {
 }
 
 // failed answers a call whose request to the client failed, and notes a
-// cancellation of the call on stderr (which may reach the server just
-// after the failed request's answer).
+// cancellation of the call on stderr.
 func failed(ctx context.Context, tool string, err error) *mcp.CallToolResult {
+	noteCancelled(ctx, tool)
+	return done("error: " + err.Error())
+}
+
+// noteCancelled writes "<name> cancelled" to stderr when the request is
+// cancelled, which may reach the server just after the failed request's
+// answer.
+func noteCancelled(ctx context.Context, name string) {
 	select {
 	case <-ctx.Done():
-		log.Printf("%s cancelled", tool)
+		log.Printf("%s cancelled", name)
 	case <-time.After(500 * time.Millisecond):
 	}
-	return done("error: " + err.Error())
 }
 
 func argument(req *mcp.CallToolRequest, name string) string {
@@ -68,7 +84,8 @@ func main() {
 	log.SetFlags(0)
 	var rootsChanges atomic.Int32
 	s := mcp.NewServer(&mcp.Implementation{Name: "asker", Version: "1"}, &mcp.ServerOptions{
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Prompts: &mcp.PromptCapabilities{},
+			Resources: &mcp.ResourceCapabilities{}},
 		RootsListChangedHandler: func(context.Context, *mcp.RootsListChangedRequest) {
 			rootsChanges.Add(1)
 			log.Printf("roots changed")
@@ -130,6 +147,53 @@ func main() {
 	s.AddTool(&mcp.Tool{Name: "roots_changes", InputSchema: object}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return done(fmt.Sprint(rootsChanges.Load())), nil
 	})
+	s.AddTool(&mcp.Tool{Name: "progress", InputSchema: object}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		token := req.Params.GetProgressToken()
+		notify := func(progress float64, msg string) {
+			if token != nil {
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: progress, Message: msg})
+			}
+		}
+		notify(1, "before")
+		answered := make(chan struct{})
+		waited := make(chan struct{})
+		go func() {
+			defer close(waited)
+			select {
+			case <-time.After(300 * time.Millisecond):
+				notify(2, "while waiting")
+				_ = req.Session.Ping(ctx, nil)
+				log.Printf("progress sent while waiting")
+			case <-answered:
+			}
+		}()
+		answer, err := confirm(ctx, req.Session, "go on?")
+		close(answered)
+		<-waited
+		if err != nil {
+			return failed(ctx, "progress", err), nil
+		}
+		notify(3, "after")
+		return done(answer), nil
+	})
+	s.AddPrompt(&mcp.Prompt{Name: "approval", Arguments: []*mcp.PromptArgument{{Name: "question"}}},
+		func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			answer, err := confirm(ctx, req.Session, req.Params.Arguments["question"])
+			if err != nil {
+				noteCancelled(ctx, "approval")
+				return nil, err
+			}
+			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: answer}}}}, nil
+		})
+	s.AddResource(&mcp.Resource{Name: "secret", URI: "asker://secret", MIMEType: "text/plain"},
+		func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			answer, err := confirm(ctx, req.Session, "reveal the secret?")
+			if err != nil {
+				noteCancelled(ctx, "secret")
+				return nil, err
+			}
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "secret: " + answer}}}, nil
+		})
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		log.Fatal(err)
 	}
