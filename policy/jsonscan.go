@@ -17,7 +17,7 @@ import (
 // All of src is checked to be one JSON value, the parts dropped included:
 // a document the engine would refuse whole is refused reduced.
 func (fs inputFields) filterJSON(dst, src []byte) ([]byte, error) {
-	f := jsonFilter{src: src, dst: dst}
+	f := jsonScanner{src: src, dst: dst}
 	f.space()
 	if err := f.filter(fs); err != nil {
 		return nil, fmt.Errorf("input is not valid JSON: %w", err)
@@ -29,8 +29,10 @@ func (fs inputFields) filterJSON(dst, src []byte) ([]byte, error) {
 	return f.dst, nil
 }
 
-// jsonFilter scans src from i, appending what it keeps to dst.
-type jsonFilter struct {
+// jsonScanner reads the JSON document src from i, checking its syntax as
+// it goes: filterJSON appends what it keeps to dst, decodeJSON builds
+// values.
+type jsonScanner struct {
 	src   []byte
 	i     int
 	dst   []byte
@@ -39,14 +41,14 @@ type jsonFilter struct {
 
 var errJSONEnd = errors.New("unexpected end of document")
 
-func (f *jsonFilter) unexpected() error {
+func (f *jsonScanner) unexpected() error {
 	if f.i >= len(f.src) {
 		return errJSONEnd
 	}
 	return fmt.Errorf("unexpected %q at offset %d", f.src[f.i], f.i)
 }
 
-func (f *jsonFilter) space() {
+func (f *jsonScanner) space() {
 	for f.i < len(f.src) {
 		switch f.src[f.i] {
 		case ' ', '\t', '\n', '\r':
@@ -59,7 +61,7 @@ func (f *jsonFilter) space() {
 
 // filter copies the value at i reduced to fs: an object member by member,
 // anything else (or anything under a member read whole) as it is.
-func (f *jsonFilter) filter(fs inputFields) error {
+func (f *jsonScanner) filter(fs inputFields) error {
 	if fs == nil || f.i >= len(f.src) || f.src[f.i] != '{' {
 		start := f.i
 		if err := f.skip(); err != nil {
@@ -142,7 +144,7 @@ func (fs inputFields) member(key []byte) (inputFields, bool, error) {
 
 // skip moves i past one value, checking its syntax, without recursion:
 // the containers it is in are on f.stack.
-func (f *jsonFilter) skip() error {
+func (f *jsonScanner) skip() error {
 	f.stack = f.stack[:0]
 	for {
 		// A value.
@@ -217,7 +219,7 @@ func (f *jsonFilter) skip() error {
 }
 
 // memberName moves past `"name" :` inside an object.
-func (f *jsonFilter) memberName() error {
+func (f *jsonScanner) memberName() error {
 	f.space()
 	if err := f.key(); err != nil {
 		return err
@@ -230,7 +232,7 @@ func (f *jsonFilter) memberName() error {
 	return nil
 }
 
-func (f *jsonFilter) key() error {
+func (f *jsonScanner) key() error {
 	if f.i >= len(f.src) || f.src[f.i] != '"' {
 		return f.unexpected()
 	}
@@ -238,7 +240,7 @@ func (f *jsonFilter) key() error {
 }
 
 // str moves past the string starting at i.
-func (f *jsonFilter) str() error {
+func (f *jsonScanner) str() error {
 	f.i++ // the opening quote
 	for f.i < len(f.src) {
 		c := f.src[f.i]
@@ -277,7 +279,7 @@ func (f *jsonFilter) str() error {
 
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
 
-func (f *jsonFilter) literal(word string) error {
+func (f *jsonScanner) literal(word string) error {
 	if len(f.src)-f.i < len(word) || string(f.src[f.i:f.i+len(word)]) != word {
 		return f.unexpected()
 	}
@@ -286,7 +288,7 @@ func (f *jsonFilter) literal(word string) error {
 }
 
 // number moves past -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
-func (f *jsonFilter) number() error {
+func (f *jsonScanner) number() error {
 	start := f.i
 	if f.i < len(f.src) && f.src[f.i] == '-' {
 		f.i++
@@ -321,7 +323,7 @@ func (f *jsonFilter) number() error {
 }
 
 // digits moves past [0-9]* and reports whether there was one.
-func (f *jsonFilter) digits() bool {
+func (f *jsonScanner) digits() bool {
 	start := f.i
 	for f.i < len(f.src) && '0' <= f.src[f.i] && f.src[f.i] <= '9' {
 		f.i++
@@ -335,7 +337,7 @@ func (f *jsonFilter) digits() bool {
 // evaluation, where the reflection of encoding/json costs as much as the
 // evaluation of a small policy.
 func decodeJSON(src []byte) (any, error) {
-	s := jsonFilter{src: src}
+	s := jsonScanner{src: src}
 	s.space()
 	v, err := s.value(0)
 	if err == nil {
@@ -354,7 +356,7 @@ func decodeJSON(src []byte) (any, error) {
 const maxJSONDepth = 10000
 
 // value decodes the value at i, inside depth containers.
-func (f *jsonFilter) value(depth int) (any, error) {
+func (f *jsonScanner) value(depth int) (any, error) {
 	if f.i >= len(f.src) {
 		return nil, errJSONEnd
 	}
@@ -451,7 +453,7 @@ func (f *jsonFilter) value(depth int) (any, error) {
 // unescaped here (the quotes around names in reasons); a string with \u
 // escapes or bytes that are not UTF-8 is left to encoding/json, which
 // decodes surrogates and replaces what is not UTF-8 as it does.
-func (f *jsonFilter) stringValue() (string, error) {
+func (f *jsonScanner) stringValue() (string, error) {
 	start := f.i
 	if err := f.key(); err != nil {
 		return "", err
@@ -492,7 +494,7 @@ func (f *jsonFilter) stringValue() (string, error) {
 }
 
 // unmarshalString decodes, with encoding/json, the string from start to i.
-func (f *jsonFilter) unmarshalString(start int) (string, error) {
+func (f *jsonScanner) unmarshalString(start int) (string, error) {
 	var s string
 	if err := json.Unmarshal(f.src[start:f.i], &s); err != nil {
 		return "", err
