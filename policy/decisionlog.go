@@ -414,7 +414,8 @@ func (l *DecisionLog) fillEvent(c *callEvent, in *Input, dec Decision, evalErr e
 	c.metrics[timerDecision], c.metrics[timerEval] = eval.Nanoseconds(), eval.Nanoseconds()
 	l.initEvent(&c.Event, c.metrics, c.ids.next(), decided)
 	c.input = *in
-	if !l.rules.masksByPolicy() && c.input.Arguments != nil {
+	erasedArgs := !l.rules.masksByPolicy() && in.Arguments != nil
+	if erasedArgs {
 		c.input.Arguments = nil          // the default mask, on the copy
 		c.Erased = erasedArguments[:1:1] // shared: appending copies
 	}
@@ -425,7 +426,7 @@ func (l *DecisionLog) fillEvent(c *callEvent, in *Input, dec Decision, evalErr e
 		switch {
 		case err != nil:
 			c.note("nd_builtin_cache_error", err.Error())
-		case c.input.Arguments == nil && in.Arguments != nil && calledWithArguments(nd):
+		case erasedArgs && calledWithArguments(nd):
 			// Arguments are erased by the default mask: so is what builtins
 			// were called with, which may hold them.
 			c.Erased = append(c.Erased, "/nd_builtin_cache")
