@@ -83,6 +83,10 @@ type Gateway struct {
 
 	listChanges listChangeRouting // which downstream session is owed which list_changed
 	sessionEnds sessionEnds       // ends the resource subscriptions of sessions gone
+	// subscriptions are the downstream resource subscriptions by server
+	// name: they outlive a server's restart, which subscribes the new
+	// process to them again. The map is fixed at New.
+	subscriptions map[string]*resourceSubscriptions
 
 	inputs *inputBridge // tools/call of 2026-07-28 clients held for their input (bridge.go)
 }
@@ -136,6 +140,10 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, logger: o.logger, envs: map[string]map[string]string{}, envErrs: map[string]error{},
 		remoteHeaders: map[string]map[string]string{}, remoteProxies: map[string]*remoteProxy{}}
 	g.inputs = newInputBridge(cfg.InputRequests, o.logger)
+	g.subscriptions = make(map[string]*resourceSubscriptions, len(cfg.Servers))
+	for _, sc := range cfg.Servers {
+		g.subscriptions[sc.Name] = &resourceSubscriptions{}
+	}
 
 	var secrets []string
 	for _, sc := range cfg.Servers {

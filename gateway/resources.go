@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -67,7 +68,7 @@ func (g *Gateway) subscribeResource(ctx context.Context, principal policy.Princi
 	if err != nil {
 		return err
 	}
-	if err := e.upstream.subscriptions.add(ss, uri, func() error {
+	if err := g.subscriptions[e.upstream.cfg.Name].add(ss, uri, func() error {
 		return upstreamSubscription(ctx, e.upstream, uri, true)
 	}); err != nil {
 		return upstreamError(e.upstream, err)
@@ -86,15 +87,29 @@ func (g *Gateway) endSubscriptions(ss *mcp.ServerSession, only map[string]bool) 
 	g.mu.RLock()
 	ups, closed := slices.Clone(g.upstreams), g.closed
 	g.mu.RUnlock()
-	for _, u := range ups {
-		u.subscriptions.end(ss, only, func(uri string) {
-			if closed { // the upstreams are stopped, their subscriptions with them
+	for name, subs := range g.subscriptions {
+		// The server's running process, if any: one that is down (being
+		// restarted) holds no subscription to end.
+		i := slices.IndexFunc(ups, func(u *upstream) bool { return u.cfg.Name == name })
+		subs.end(ss, only, func(uri string) {
+			if closed || i < 0 { // stopped upstreams took their subscriptions with them
 				return
 			}
-			if err := upstreamSubscription(context.Background(), u, uri, false); err != nil {
-				g.logger.Warn("resources/unsubscribe failed", "server", u.cfg.Name, "uri", uri, "error", err)
+			if err := upstreamSubscription(context.Background(), ups[i], uri, false); err != nil {
+				g.logger.Warn("resources/unsubscribe failed", "server", name, "uri", uri, "error", err)
 			}
 		})
+	}
+}
+
+// resubscribe subscribes u, a restarted server, to every resource its
+// previous process was subscribed to for downstream sessions that are
+// still subscribed.
+func (g *Gateway) resubscribe(ctx context.Context, u *upstream) {
+	for _, uri := range g.subscriptions[u.cfg.Name].uris() {
+		if err := upstreamSubscription(ctx, u, uri, true); err != nil {
+			g.logger.Warn("resources/subscribe after a restart failed: clients get no updates of the resource", "server", u.cfg.Name, "uri", uri, "error", err)
+		}
 	}
 }
 
@@ -142,6 +157,13 @@ func (r *resourceSubscriptions) add(ss *mcp.ServerSession, uri string, subscribe
 	}
 	r.sessions[uri][ss] = true
 	return nil
+}
+
+// uris lists the URIs some session is subscribed to.
+func (r *resourceSubscriptions) uris() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Collect(maps.Keys(r.sessions))
 }
 
 // end ends ss's subscriptions to the URIs in only (every one when only is

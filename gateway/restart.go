@@ -189,6 +189,7 @@ func (g *Gateway) superviseUpstream(u *upstream) {
 				_ = nu.close()
 				return
 			}
+			g.resubscribe(ctx, nu)
 			g.metrics.restarts.WithLabelValues(name).Inc()
 			nu.mu.RLock()
 			tools := len(nu.tools)

@@ -176,3 +176,40 @@ func TestE2EGoneSessionsEndUpstreamSubscriptions(t *testing.T) {
 	require.Eventually(t, received(2, 1), wait, tick)
 	require.Eventually(t, received(2, 2), wait, tick, "a timed-out session's subscription ends")
 }
+
+// TestE2ERestartedServerIsSubscribedAgain: a server restarted after its
+// process died is subscribed again to the resources clients still hold,
+// and a subscriber leaving afterwards unsubscribes the new process.
+func TestE2ERestartedServerIsSubscribedAgain(t *testing.T) {
+	l := startLister(t)
+	sc := l.g.cfg.Servers[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const watched = "test://watched"
+	const wait, tick = 30 * time.Second, 10 * time.Millisecond
+	count := func(what string) int { return strings.Count(l.oplog.String(), `"`+what+` `+watched+`"`) }
+
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "subscriber"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: l.url + "/mcp", HTTPClient: &http.Client{Transport: bearer{bobToken}}},
+		&mcp.ClientSessionOptions{ProtocolVersion: legacyProtocolVersion})
+	require.NoError(t, err)
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "add_resource", Arguments: map[string]any{"name": "watched"}})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	require.Eventually(t, func() bool {
+		rs, err := cs.ListResources(ctx, nil)
+		return err == nil && len(rs.Resources) > 0 && rs.Resources[0].URI == watched
+	}, wait, tick)
+	require.NoError(t, cs.Subscribe(ctx, &mcp.SubscribeParams{URI: watched}))
+	require.Eventually(t, func() bool { return count("subscribed") == 1 }, wait, tick)
+
+	killServer(t, sc, sc.Command)
+	require.Eventually(t, func() bool { return strings.Contains(l.oplog.String(), "server restarted") }, wait, tick)
+	require.Eventually(t, func() bool { return count("subscribed") == 2 }, wait, tick,
+		"the new process is subscribed to what the client still holds")
+	assert.Zero(t, count("unsubscribed"))
+
+	require.NoError(t, cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: watched}))
+	require.Eventually(t, func() bool { return count("unsubscribed") == 1 }, wait, tick, "the new process is unsubscribed")
+}

@@ -47,7 +47,6 @@ type upstream struct {
 	modern        *link // nil: the server speaks no 2026-07-28
 	confinement   policy.Confinement
 	calls         callRegistry
-	subscriptions resourceSubscriptions // downstream subscriptions per resource URI
 	rootsAudience rootsAudience         // downstream sessions told of root changes (roots.go)
 	// ready is set once start-up has assigned the links and listed the
 	// server: list_changed notifications before that are covered by the
