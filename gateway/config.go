@@ -113,6 +113,10 @@ type ServerConfig struct {
 	// means Config.RemoteProxy. The password is never logged; prefer
 	// "environment" to keep it out of the config file.
 	Proxy string `yaml:"proxy" json:"proxy"`
+	// CAFile holds the PEM CA certificates an https URL's certificate must
+	// chain to, instead of the system's roots: a server behind a private
+	// CA, trusted without trusting that CA for anything else.
+	CAFile string `yaml:"ca_file" json:"ca_file"`
 }
 
 // HeaderSecret says where a secret header value is read from: exactly one

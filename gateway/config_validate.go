@@ -189,6 +189,9 @@ func (c *Config) validate() []*ConfigError {
 					bad(key+".proxy", err.Error(), proxyFix)
 				}
 			}
+			if u, err := url.Parse(s.URL); err == nil && s.CAFile != "" && u.Scheme != "https" {
+				bad(key+".ca_file", "is set for a URL that is not https", "remove ca_file, or use the server's https URL")
+			}
 			if u, err := url.Parse(s.URL); err == nil && !s.AllowPrivateNetwork {
 				if why := blockedHost(u.Hostname()); why != "" {
 					bad(key+".url", fmt.Sprintf("%q points at %s, where remote servers are refused (SSRF)", s.URL, why),
@@ -198,8 +201,8 @@ func (c *Config) validate() []*ConfigError {
 		case strings.TrimSpace(s.Command) == "":
 			bad(key+".command", "missing", "set the program to run, e.g. npx (it is run directly, not through a shell)")
 		}
-		if s.URL == "" && (s.Transport != "" || len(s.Headers) > 0 || len(s.HeaderSecrets) > 0 || s.AllowPrivateNetwork || s.Proxy != "") {
-			bad(key, "sets transport, headers, header_secrets, allow_private_network or proxy without url", "they apply to remote servers only: set url, or remove them")
+		if s.URL == "" && (s.Transport != "" || len(s.Headers) > 0 || len(s.HeaderSecrets) > 0 || s.AllowPrivateNetwork || s.Proxy != "" || s.CAFile != "") {
+			bad(key, "sets transport, headers, header_secrets, allow_private_network, proxy or ca_file without url", "they apply to remote servers only: set url, or remove them")
 		}
 		noNUL(key+".command", "the command", s.Command)
 		for j, a := range s.Args {

@@ -14,6 +14,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +58,8 @@ type Gateway struct {
 	// remoteProxies are the proxies of the remote servers reached through
 	// one (see remoteHTTPClient).
 	remoteProxies map[string]*remoteProxy
+	// remoteRoots are the CAs of remote servers with a ca_file.
+	remoteRoots map[string]*x509.CertPool
 
 	// background runs work started by upstream notifications (re-listing);
 	// Close waits for it.
@@ -138,7 +141,7 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 		opt(&o)
 	}
 	g := &Gateway{cfg: cfg, logger: o.logger, envs: map[string]map[string]string{}, envErrs: map[string]error{},
-		remoteHeaders: map[string]map[string]string{}, remoteProxies: map[string]*remoteProxy{}}
+		remoteHeaders: map[string]map[string]string{}, remoteProxies: map[string]*remoteProxy{}, remoteRoots: map[string]*x509.CertPool{}}
 	g.inputs = newInputBridge(cfg.InputRequests, o.logger)
 	g.subscriptions = make(map[string]*resourceSubscriptions, len(cfg.Servers))
 	for _, sc := range cfg.Servers {
@@ -166,6 +169,14 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 			if err != nil {
 				g.envErrs[sc.Name] = fmt.Errorf("server %q: %w", sc.Name, err)
 				continue
+			}
+			if sc.CAFile != "" {
+				roots, err := loadCAFile(sc.CAFile)
+				if err != nil {
+					g.envErrs[sc.Name] = fmt.Errorf("server %q: ca_file: %w", sc.Name, err)
+					continue
+				}
+				g.remoteRoots[sc.Name] = roots
 			}
 			if proxy != nil {
 				g.remoteProxies[sc.Name] = proxy

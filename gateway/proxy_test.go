@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"io"
 	"log"
 	"log/slog"
@@ -11,6 +12,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -122,7 +125,7 @@ func TestRemoteProxySettings(t *testing.T) {
 		assert.NotContains(t, errs[0].Error(), "hunter2", "the password is not shown")
 	}
 	cfg := &Config{Servers: []ServerConfig{{Name: "local", Command: "x", Proxy: "environment"}}}
-	assert.ErrorContains(t, cfg.Validate(), "proxy without url")
+	assert.ErrorContains(t, cfg.Validate(), "proxy or ca_file without url")
 
 	cfg = &Config{RemoteProxy: "environment", Servers: []ServerConfig{
 		{Name: "a", URL: "https://a.example/mcp"}, {Name: "b", URL: "https://b.example/mcp", Proxy: "http://p.example:3128"}, {Name: "c", Command: "x"}}}
@@ -212,7 +215,7 @@ func TestRemoteProxyAndPrivateNetworks(t *testing.T) {
 	p, err := newRemoteProxy(strings.Replace(proxy.URL, "http://", "http://warden:secret@", 1))
 	require.NoError(t, err)
 	assert.Equal(t, strings.Replace(proxy.URL, "http://", "http://warden:xxxxx@", 1), p.shown)
-	client := remoteHTTPClient(ServerConfig{Name: "remote"}, nil, p)
+	client := remoteHTTPClient(ServerConfig{Name: "remote"}, nil, p, nil)
 	for _, target := range []string{"http://10.1.2.3/mcp", "http://169.254.169.254/latest", "http://localhost:9/mcp", "http://[::1]:9/mcp"} {
 		_, err := client.Get(target)
 		var blocked *BlockedAddressError
@@ -232,12 +235,54 @@ func TestRemoteProxyAndPrivateNetworks(t *testing.T) {
 	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("warden:secret"))
 	assert.Equal(t, []string{"CONNECT upstream.test:" + port + " " + auth}, proxy.requests())
 
-	allowed := remoteHTTPClient(ServerConfig{Name: "remote", AllowPrivateNetwork: true}, nil, p)
-	resp, err := allowed.Get("http://localhost:9/")
+	// With the server's CA (ca_file), the tunnel carries the whole
+	// request: CONNECT end to end, the certificate checked for the name.
+	viaCA := startRecordingProxy(t, map[string]string{"example.com": "127.0.0.1"})
+	pCA, err := newRemoteProxy(viaCA.URL)
+	require.NoError(t, err)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsUpstream.Certificate().Raw}), 0o600))
+	roots, err := loadCAFile(caFile)
+	require.NoError(t, err)
+	resp, err := remoteHTTPClient(ServerConfig{Name: "remote"}, nil, pCA, roots).Get("https://example.com:" + port + "/mcp")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode)
+	assert.Equal(t, []string{"CONNECT example.com:" + port + " "}, viaCA.requests(), "no credentials")
+	_, err = loadCAFile(tlsUpstream.URL)
+	require.Error(t, err)
+	notPEM := filepath.Join(t.TempDir(), "x.pem")
+	require.NoError(t, os.WriteFile(notPEM, []byte("not a certificate"), 0o600))
+	_, err = loadCAFile(notPEM)
+	require.ErrorContains(t, err, "holds no PEM certificate")
+
+	allowed := remoteHTTPClient(ServerConfig{Name: "remote", AllowPrivateNetwork: true}, nil, p, nil)
+	resp, err = allowed.Get("http://localhost:9/")
 	if err == nil {
 		resp.Body.Close()
 	}
 	assert.Len(t, proxy.requests(), 2, "allowed by the entry: the proxy is asked")
 	client.CloseIdleConnections()
 	allowed.CloseIdleConnections()
+}
+
+// ca_file is for remote https servers only, and an unreadable or empty one
+// keeps the server from starting with a clear reason.
+func TestRemoteCAFileSettings(t *testing.T) {
+	for _, tc := range []struct {
+		sc   ServerConfig
+		want string
+	}{
+		{ServerConfig{Name: "plain", URL: "http://mcp.example.com/mcp", CAFile: "ca.pem"}, "servers[0].ca_file: is set for a URL that is not https"},
+		{ServerConfig{Name: "local", Command: "x", CAFile: "ca.pem"}, "ca_file without url"},
+	} {
+		assert.ErrorContains(t, (&Config{Servers: []ServerConfig{tc.sc}}).Validate(), tc.want)
+	}
+	require.NoError(t, (&Config{Servers: []ServerConfig{{Name: "private", URL: "https://mcp.example.com/mcp", CAFile: "ca.pem"}}}).Validate())
+	g, err := New(&Config{Servers: []ServerConfig{{Name: "private", URL: "https://mcp.example.com/mcp", CAFile: filepath.Join(t.TempDir(), "missing.pem")}}})
+	require.NoError(t, err)
+	defer g.Close()
+	err = g.Start(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `server "private": ca_file:`)
 }

@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"syscall"
 	"time"
@@ -181,9 +184,12 @@ func proxyAddr(u *url.URL) string {
 // too) when it is an address or localhost, and a name is the proxy's to
 // resolve and to refuse. A request the proxy does not take (NO_PROXY) is
 // dialled directly and checked as always.
-func remoteHTTPClient(sc ServerConfig, headers map[string]string, proxy *remoteProxy) *http.Client {
+func remoteHTTPClient(sc ServerConfig, headers map[string]string, proxy *remoteProxy, roots *x509.CertPool) *http.Client {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.Proxy = nil // the default reads the environment: inherit nothing
+	if roots != nil {
+		base.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
 	direct := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	checked := direct
 	if !sc.AllowPrivateNetwork {
@@ -261,4 +267,24 @@ func hasHeader(headers map[string]string, name string) bool {
 		}
 	}
 	return false
+}
+
+// loadCAFile reads the PEM CA certificates of a remote server's ca_file.
+func loadCAFile(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cas, err := parseCertificates(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(cas) == 0 {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	pool := x509.NewCertPool()
+	for _, ca := range cas {
+		pool.AddCert(ca)
+	}
+	return pool, nil
 }

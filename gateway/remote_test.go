@@ -57,14 +57,14 @@ func TestRemoteDialsToPrivateNetworksAreRefused(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	defer srv.Close()
 
-	_, err := remoteHTTPClient(ServerConfig{Name: "remote"}, nil, nil).Get(srv.URL)
+	_, err := remoteHTTPClient(ServerConfig{Name: "remote"}, nil, nil, nil).Get(srv.URL)
 	var blocked *BlockedAddressError
 	require.ErrorAs(t, err, &blocked)
 	assert.Equal(t, "remote", blocked.Server)
 	assert.Equal(t, "a loopback address", blocked.Why)
 	assert.Contains(t, err.Error(), `server "remote": 127.0.0.1:`)
 
-	resp, err := remoteHTTPClient(ServerConfig{Name: "remote", AllowPrivateNetwork: true}, nil, nil).Get(srv.URL)
+	resp, err := remoteHTTPClient(ServerConfig{Name: "remote", AllowPrivateNetwork: true}, nil, nil, nil).Get(srv.URL)
 	require.NoError(t, err, "allowed by the entry")
 	resp.Body.Close()
 

@@ -47,7 +47,7 @@ type upstream struct {
 	modern        *link // nil: the server speaks no 2026-07-28
 	confinement   policy.Confinement
 	calls         callRegistry
-	rootsAudience rootsAudience         // downstream sessions told of root changes (roots.go)
+	rootsAudience rootsAudience // downstream sessions told of root changes (roots.go)
 	// ready is set once start-up has assigned the links and listed the
 	// server: list_changed notifications before that are covered by the
 	// start-up listing and must not touch half-built links.
@@ -151,7 +151,7 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 	l.client = client
 	var t mcp.Transport
 	if sc.URL != "" {
-		hc := remoteHTTPClient(sc, u.g.remoteHeaders[sc.Name], u.g.remoteProxies[sc.Name])
+		hc := remoteHTTPClient(sc, u.g.remoteHeaders[sc.Name], u.g.remoteProxies[sc.Name], u.g.remoteRoots[sc.Name])
 		if sc.Transport == RemoteSSE {
 			// The SSE transport reads the whole session from the GET it
 			// makes in Connect, under Connect's context: the link, not the
