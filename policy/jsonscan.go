@@ -59,6 +59,24 @@ func (f *jsonScanner) space() {
 	}
 }
 
+// afterElement moves past what follows an element of an object or array:
+// a comma (closed is false: another element follows) or close.
+func (f *jsonScanner) afterElement(close byte) (closed bool, err error) {
+	f.space()
+	if f.i >= len(f.src) {
+		return false, errJSONEnd
+	}
+	switch f.src[f.i] {
+	case ',':
+		f.i++
+		return false, nil
+	case close:
+		f.i++
+		return true, nil
+	}
+	return false, f.unexpected()
+}
+
 // filter copies the value at i reduced to fs: an object member by member,
 // anything else (or anything under a member read whole) as it is.
 func (f *jsonScanner) filter(fs inputFields) error {
@@ -108,19 +126,9 @@ func (f *jsonScanner) filter(fs inputFields) error {
 		} else if err := f.skip(); err != nil {
 			return err
 		}
-		f.space()
-		if f.i >= len(f.src) {
-			return errJSONEnd
-		}
-		switch f.src[f.i] {
-		case ',':
-			f.i++
-		case '}':
-			f.i++
+		if closed, err := f.afterElement('}'); err != nil || closed {
 			f.dst = append(f.dst, '}')
-			return nil
-		default:
-			return f.unexpected()
+			return err
 		}
 	}
 }
@@ -389,18 +397,8 @@ func (f *jsonScanner) value(depth int) (any, error) {
 				return nil, err
 			}
 			obj[key] = v
-			f.space()
-			if f.i >= len(f.src) {
-				return nil, errJSONEnd
-			}
-			switch f.src[f.i] {
-			case ',':
-				f.i++
-			case '}':
-				f.i++
-				return obj, nil
-			default:
-				return nil, f.unexpected()
+			if closed, err := f.afterElement('}'); err != nil || closed {
+				return obj, err
 			}
 		}
 	case c == '[':
@@ -418,18 +416,8 @@ func (f *jsonScanner) value(depth int) (any, error) {
 				return nil, err
 			}
 			arr = append(arr, v)
-			f.space()
-			if f.i >= len(f.src) {
-				return nil, errJSONEnd
-			}
-			switch f.src[f.i] {
-			case ',':
-				f.i++
-			case ']':
-				f.i++
-				return arr, nil
-			default:
-				return nil, f.unexpected()
+			if closed, err := f.afterElement(']'); err != nil || closed {
+				return arr, err
 			}
 		}
 	case c == '"':
