@@ -20,24 +20,26 @@ default decision := {
 # exposed item nobody denies) first, instead of evaluating every case to
 # check that no two disagree.
 decision := {"allow": true, "reason": "tool exposed by data.warden.servers and not denied"} if {
-	kind[input.action]
+	kind
 	exposed
 	count(denials) == 0
 	not malformed_deny
 } else := {"allow": false, "reason": concat("; ", sort(denials))} if {
-	kind[input.action]
+	kind
 	exposed
 	count(denials) > 0
-} else := {"allow": false, "hidden": true, "reason": concat(" ", ["unknown", kind[input.action]])} if {
+} else := {"allow": false, "hidden": true, "reason": concat(" ", ["unknown", kind])} if {
 	# A tools/call (resources/read, prompts/get) of a tool (resource,
 	# prompt) the principal may not see. The gateway answers as for an
 	# unknown one, so the reason must not say more than that.
-	input.action in use_actions
+	kind
+	not listing
 	not exposed
 } else := {"allow": false, "reason": reason} if {
-	input.action in list_actions
+	kind
+	listing
 	not exposed
-	reason := concat("", [kind[input.action], ` "`, item_name, `" of server "`, input.server.name, `" is not exposed by data.warden.servers`])
+	reason := concat("", [kind, ` "`, item_name, `" of server "`, input.server.name, `" is not exposed by data.warden.servers`])
 }
 
 # The reasons are built with concat, not sprintf: OPA's Wasm runtime has
@@ -46,17 +48,21 @@ decision := {"allow": true, "reason": "tool exposed by data.warden.servers and n
 # built in, would quote the names, but Wasm and topdown escape differently.)
 # The names are quoted as they are; the log has them exactly in the input.
 
-list_actions := {"tools/list", "resources/list", "prompts/list"}
+# kind names what input.action is about, and is defined for the six actions
+# below only, so it also tells a known action from any other. It is an
+# `else` chain of string comparisons, not a lookup in an object or set
+# literal: Wasm builds a literal anew, entry by entry, on every evaluation.
+kind := "tool" if input.action == "tools/call"
+else := "tool" if input.action == "tools/list"
+else := "resource" if input.action == "resources/read"
+else := "resource" if input.action == "resources/list"
+else := "prompt" if input.action == "prompts/get"
+else := "prompt" if input.action == "prompts/list"
 
-use_actions := {"tools/call", "resources/read", "prompts/get"}
-
-# kind names what each action is about; kind[input.action] is defined for
-# these six actions only, so it also tells a known action from any other.
-kind := {
-	"tools/list": "tool", "tools/call": "tool",
-	"resources/list": "resource", "resources/read": "resource",
-	"prompts/list": "prompt", "prompts/get": "prompt",
-}
+# listing tells the three list actions from the three that use an item
+# (tools/call, resources/read, prompts/get); it is read only where kind
+# holds.
+listing if endswith(input.action, "/list")
 
 # Every reason added by `deny contains reason if {...}` in any module of this
 # package. Read through data. so that the library compiles on its own, before

@@ -116,6 +116,11 @@ test_no_denial_allows if {
 test_unknown_action_is_denied_by_default if {
 	decide(object.union(call_of("open", "echo"), {"action": "sampling/createMessage"})) == default_deny
 	decide(object.union(call_of("open", "echo"), {"action": "TOOLS/CALL"})) == default_deny
+	decide(object.union(call_of("open", "echo"), {"action": "sampling/list"})) == default_deny
+	decide(object.union(call_of("open", "echo"), {"action": "tools/lists"})) == default_deny
+	decide(object.union(call_of("open", "echo"), {"action": "tools/"})) == default_deny
+	decide(object.union(call_of("open", "echo"), {"action": 7})) == default_deny
+	decide(object.union(call_of("open", "echo"), {"action": ["tools/call"]})) == default_deny
 }
 
 test_missing_action_is_denied_by_default if {
