@@ -53,8 +53,7 @@ func BenchmarkToolsCallDecision(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			v, err := e.Evaluate(ctx, benchInput)
-			require.NoError(b, err)
-			requireAllowed(b, v)
+			requireAllowed(b, v, err)
 		}
 	})
 	b.Run("opa_wasm", func(b *testing.B) {
@@ -62,10 +61,10 @@ func BenchmarkToolsCallDecision(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var input any
-			require.NoError(b, util.UnmarshalJSON(benchInput, &input))
+			noError(b, util.UnmarshalJSON(benchInput, &input))
 			rs, err := pq.Eval(ctx, oparego.EvalInput(input))
-			require.NoError(b, err)
-			requireAllowed(b, rs[0].Expressions[0].Value)
+			noError(b, err)
+			requireAllowed(b, rs[0].Expressions[0].Value, nil)
 		}
 	})
 	b.Run("opa_topdown", func(b *testing.B) {
@@ -74,8 +73,7 @@ func BenchmarkToolsCallDecision(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			v, err := e.Evaluate(ctx, benchInput)
-			require.NoError(b, err)
-			requireAllowed(b, v)
+			requireAllowed(b, v, err)
 		}
 	})
 }
@@ -98,10 +96,9 @@ func BenchmarkToolsCallDecisionFromInput(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			doc, err := policy.EncodeInputFor(e, in)
-			require.NoError(b, err)
+			noError(b, err)
 			v, err := e.Evaluate(ctx, doc)
-			require.NoError(b, err)
-			requireAllowed(b, v)
+			requireAllowed(b, v, err)
 		}
 	})
 	b.Run("opa_wasm", func(b *testing.B) {
@@ -109,12 +106,12 @@ func BenchmarkToolsCallDecisionFromInput(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			doc, err := json.Marshal(in)
-			require.NoError(b, err)
+			noError(b, err)
 			var input any
-			require.NoError(b, util.UnmarshalJSON(doc, &input))
+			noError(b, util.UnmarshalJSON(doc, &input))
 			rs, err := pq.Eval(ctx, oparego.EvalInput(input))
-			require.NoError(b, err)
-			requireAllowed(b, rs[0].Expressions[0].Value)
+			noError(b, err)
+			requireAllowed(b, rs[0].Expressions[0].Value, nil)
 		}
 	})
 	regoEngine, err := policy.NewRegoEngine(ctx, rego.Default(), benchData)
@@ -123,27 +120,35 @@ func BenchmarkToolsCallDecisionFromInput(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			doc, err := json.Marshal(in)
-			require.NoError(b, err)
+			noError(b, err)
 			v, err := regoEngine.Evaluate(ctx, doc)
-			require.NoError(b, err)
-			requireAllowed(b, v)
+			requireAllowed(b, v, err)
 		}
 	})
 	b.Run("rego_pruned", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			doc, err := policy.EncodeInputFor(regoEngine, in)
-			require.NoError(b, err)
+			noError(b, err)
 			v, err := regoEngine.Evaluate(ctx, doc)
-			require.NoError(b, err)
-			requireAllowed(b, v)
+			requireAllowed(b, v, err)
 		}
 	})
 }
 
-func requireAllowed(b *testing.B, v any) {
+// requireAllowed and noError check results inside benchmark loops without
+// testify, whose b.Helper() walks the stack on every call and would add
+// its cost to every engine's time.
+func requireAllowed(b *testing.B, v any, err error) {
+	noError(b, err)
 	if m, ok := v.(map[string]any); !ok || m["allow"] != true {
 		b.Fatalf("decision = %v, want allowed", v)
+	}
+}
+
+func noError(b *testing.B, err error) {
+	if err != nil {
+		b.Fatal(err)
 	}
 }
 
