@@ -52,12 +52,19 @@ decision := {"allow": true, "reason": "tool exposed by data.warden.servers and n
 # below only, so it also tells a known action from any other. It is an
 # `else` chain of string comparisons, not a lookup in an object or set
 # literal: Wasm builds a literal anew, entry by entry, on every evaluation.
-kind := "tool" if input.action == "tools/call"
-else := "tool" if input.action == "tools/list"
-else := "resource" if input.action == "resources/read"
-else := "resource" if input.action == "resources/list"
-else := "prompt" if input.action == "prompts/get"
-else := "prompt" if input.action == "prompts/list"
+kind := "tool" if {
+	input.action == "tools/call"
+} else := "tool" if {
+	input.action == "tools/list"
+} else := "resource" if {
+	input.action == "resources/read"
+} else := "resource" if {
+	input.action == "resources/list"
+} else := "prompt" if {
+	input.action == "prompts/get"
+} else := "prompt" if {
+	input.action == "prompts/list"
+}
 
 # listing tells the three list actions from the three that use an item
 # (tools/call, resources/read, prompts/get); it is read only where kind
