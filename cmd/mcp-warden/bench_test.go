@@ -86,7 +86,13 @@ decision_log: {path: %s}
 	callErr := func(cs *mcp.ClientSession, name string) error {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: map[string]any{"message": "benchmark"}})
 		if err == nil && res.IsError {
-			err = fmt.Errorf("%s: error result %+v", name, res.Content)
+			var text []string
+			for _, c := range res.Content {
+				if t, ok := c.(*mcp.TextContent); ok {
+					text = append(text, t.Text)
+				}
+			}
+			err = fmt.Errorf("%s: error result %q", name, text)
 		}
 		return err
 	}
