@@ -86,10 +86,11 @@ bench-spawn:
 	$(GO) test -run '^$$' -bench 'BenchmarkSpawnToReady' -count 3 ./sandbox/
 
 # One tools/call through `mcp-warden serve --stdio` (default policy, decision
-# log to a file) vs straight to the same stdio server and through a bare
-# go-sdk relay (the floor of one hop), in one run: p50/p99, what the gateway
-# adds to each, CPU per call of each process; calls per second with 16
-# concurrent callers and gateway/direct.
+# log to a file), and through the same gateway with policy.engine: wasm, vs
+# straight to the same stdio server and through a bare go-sdk relay (the
+# floor of one hop), in one run: p50/p99, what each gateway adds, CPU per
+# call of each process; calls per second with 16 concurrent callers and the
+# ratios to direct.
 bench-proxy:
 	$(GO) test -run '^$$' -bench 'BenchmarkProxyToolsCall' -benchtime 5000x ./cmd/mcp-warden/
 

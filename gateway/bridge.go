@@ -161,7 +161,7 @@ func (b *inputBridge) start(ctx context.Context, who string, req bridgedRequest,
 		return nil, err
 	}
 	down := requestMetaFrom(ctx)
-	c := &bridgedCall{state: state, principal: who, request: req, caps: down.caps, relayed: relayed,
+	c := &bridgedCall{state: state, principal: who, request: req, caps: down.capabilities(), relayed: relayed,
 		asks: make(chan *upstreamAsk), done: make(chan bridgedOutcome, 1), waiting: map[string]*upstreamAsk{}}
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	m := down

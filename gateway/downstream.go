@@ -43,8 +43,23 @@ type requestMeta struct {
 	inputResponses mcp.InputResponseMap
 	requestState   string
 
-	caps   *mcp.ClientCapabilities // a 2026-07-28 request's declared client capabilities
-	bridge *bridgedCall            // set on the server call of a bridged tools/call (bridge.go)
+	// declared reads a 2026-07-28 request's declared client capabilities
+	// (nil for other requests). Only a bridged call needs them, and the SDK
+	// decodes them from _meta afresh on every read (a re-marshal through a
+	// 32 KiB decode buffer), so they are not read for every request.
+	declared interface {
+		ClientCapabilities() *mcp.ClientCapabilities
+	}
+	bridge *bridgedCall // set on the server call of a bridged tools/call (bridge.go)
+}
+
+// capabilities are the client capabilities a 2026-07-28 request declared,
+// nil for other requests.
+func (m requestMeta) capabilities() *mcp.ClientCapabilities {
+	if m.declared == nil {
+		return nil
+	}
+	return m.declared.ClientCapabilities()
 }
 
 type requestMetaKey struct{}
@@ -262,7 +277,7 @@ func withRequestMeta(ctx context.Context, req mcp.Request) context.Context {
 	if v, ok := req.(interface {
 		ClientCapabilities() *mcp.ClientCapabilities
 	}); ok && m.modern {
-		m.caps = v.ClientCapabilities()
+		m.declared = v
 	}
 	if p := req.GetParams(); p != nil && !reflect.ValueOf(p).IsNil() {
 		m.meta = p.GetMeta()

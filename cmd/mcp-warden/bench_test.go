@@ -26,34 +26,40 @@ import (
 // (testdata/servers/relay: one server and one client session passing the
 // call on, nothing else — the floor of any go-sdk hop, relay), and through
 // `mcp-warden serve --stdio` with the same server as its stdio upstream, the
-// default policy deciding and the decision log written to a file (gateway).
+// default policy deciding and the decision log written to a file (gateway),
+// and the same gateway with `policy.engine: wasm` (wasm).
 //
-//   - latency: calls rotate over the three, one at a time; reports the p50
+//   - latency: calls rotate over the four, one at a time; reports the p50
 //     and p99 of each, what the gateway adds to direct (added_p50_us,
-//     added_p99_us) and to the bare relay (over_relay_p50_us, over_relay_p99_us).
-//   - throughput16: 16 concurrent callers on one session share b.N calls,
-//     direct, then relay, then gateway; reports calls per second of each,
-//     gateway/direct and relay/direct.
+//     added_p99_us; wasm_added_p50_us, wasm_added_p99_us) and to the bare
+//     relay (over_relay_p50_us, over_relay_p99_us), and the CPU time each
+//     process spends per call.
+//   - throughput16: 16 concurrent callers on one session share b.N calls
+//     on each path, in ten rounds in which the four take turns; reports
+//     calls per second of each and their ratios to direct.
 //
 // `make bench-proxy` runs it.
 func BenchmarkProxyToolsCall(b *testing.B) {
 	exe := testenv.BuildGo(b, "./cmd/mcp-warden")
 	key, value := testenv.Marker(b)
 	dir := b.TempDir()
-	cfgPath := filepath.Join(dir, "gateway.yaml")
-	cfg := fmt.Sprintf(`servers:
+	config := func(name, policy string) string {
+		path := filepath.Join(dir, name+".yaml")
+		cfg := fmt.Sprintf(`servers:
   - name: demo
     command: %s
     args: [demo-server]
     env: {%s: %q}
     tools: {allow: ["*"], block: [reset_notes]}
 decision_log: {path: %s}
-`, exe, key, value, filepath.Join(dir, "decisions.log"))
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		b.Fatal(err)
+%s`, exe, key, value, filepath.Join(dir, name+".log"), policy)
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		return path
 	}
 	ctx := context.Background()
-	var pids []int // direct, relay, gateway: whose CPU time a latency run reports
+	var pids []int // direct, relay, gateway, wasm: whose CPU time a latency run reports
 	connect := func(cmd *exec.Cmd) *mcp.ClientSession {
 		cmd.Env = append(os.Environ(), key+"="+value)
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
@@ -66,17 +72,27 @@ decision_log: {path: %s}
 	relayExe := testenv.BuildGo(b, "./testdata/servers/relay")
 	direct := connect(exec.Command(exe, "demo-server"))
 	relay := connect(exec.Command(relayExe, exe, "demo-server"))
-	gateway := connect(exec.Command(exe, "serve", "--config", cfgPath, "--stdio"))
+	gateway := connect(exec.Command(exe, "serve", "--config", config("gateway", ""), "--stdio"))
+	// The Wasm engine compiles the policy at start (a second or so the first
+	// time, then from its cache directory): started last, not timed.
+	wasm := connect(exec.Command(exe, "serve", "--config", config("wasm", "policy: {engine: wasm}\n"), "--stdio"))
 	defer func() {
 		_ = direct.Close()
 		_ = relay.Close()
 		_ = gateway.Close()
+		_ = wasm.Close()
 		testenv.RequireNoProcess(b, key, value)
 	}()
 	callErr := func(cs *mcp.ClientSession, name string) error {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: map[string]any{"message": "benchmark"}})
 		if err == nil && res.IsError {
-			err = fmt.Errorf("%s: error result %+v", name, res.Content)
+			var text []string
+			for _, c := range res.Content {
+				if t, ok := c.(*mcp.TextContent); ok {
+					text = append(text, t.Text)
+				}
+			}
+			err = fmt.Errorf("%s: error result %q", name, text)
 		}
 		return err
 	}
@@ -85,10 +101,11 @@ decision_log: {path: %s}
 			b.Fatal(err)
 		}
 	}
-	for range 200 { // warm both paths up (connections, caches, JIT-free but lazy inits)
+	for range 200 { // warm every path up (connections, caches, lazy inits)
 		call(direct, "echo")
 		call(relay, "echo")
 		call(gateway, "demo__echo")
+		call(wasm, "demo__echo")
 	}
 
 	b.Run("latency", func(b *testing.B) {
@@ -96,6 +113,7 @@ decision_log: {path: %s}
 		d := make([]time.Duration, 0, b.N)
 		r := make([]time.Duration, 0, b.N)
 		g := make([]time.Duration, 0, b.N)
+		w := make([]time.Duration, 0, b.N)
 		for range b.N {
 			t0 := time.Now()
 			call(direct, "echo")
@@ -103,22 +121,22 @@ decision_log: {path: %s}
 			call(relay, "echo")
 			t2 := time.Now()
 			call(gateway, "demo__echo")
-			d, r, g = append(d, t1.Sub(t0)), append(r, t2.Sub(t1)), append(g, time.Since(t2))
+			t3 := time.Now()
+			call(wasm, "demo__echo")
+			d, r, g, w = append(d, t1.Sub(t0)), append(r, t2.Sub(t1)), append(g, t3.Sub(t2)), append(w, time.Since(t3))
 		}
 		b.StopTimer()
 		cpu1 := processCPU(b, pids...)
-		for i, name := range []string{"server", "relay", "gateway"} {
-			// CPU time of that process per call (the server's own: both
-			// hops call it too, so it serves 3 calls per round).
-			per := b.N
-			if i == 0 {
-				per *= 3
-			}
-			b.ReportMetric(float64((cpu1[i]-cpu0[i]).Microseconds())/float64(per), name+"_cpu_us/call")
+		for i, name := range []string{"server", "relay", "gateway", "wasm"} {
+			// CPU time of that process per call. The relay and both
+			// gateways run servers of their own (children, not counted):
+			// the direct server serves one call per round.
+			b.ReportMetric(float64((cpu1[i]-cpu0[i]).Microseconds())/float64(b.N), name+"_cpu_us/call")
 		}
 		slices.Sort(d)
 		slices.Sort(r)
 		slices.Sort(g)
+		slices.Sort(w)
 		q := func(s []time.Duration, p float64) float64 {
 			return float64(s[int(p*float64(len(s)-1))].Nanoseconds()) / 1e3
 		}
@@ -132,14 +150,22 @@ decision_log: {path: %s}
 		b.ReportMetric(q(r, 0.99), "relay_p99_us")
 		b.ReportMetric(q(g, 0.5)-q(r, 0.5), "over_relay_p50_us")
 		b.ReportMetric(q(g, 0.99)-q(r, 0.99), "over_relay_p99_us")
+		b.ReportMetric(q(w, 0.5), "wasm_p50_us")
+		b.ReportMetric(q(w, 0.99), "wasm_p99_us")
+		b.ReportMetric(q(w, 0.5)-q(d, 0.5), "wasm_added_p50_us")
+		b.ReportMetric(q(w, 0.99)-q(d, 0.99), "wasm_added_p99_us")
 		b.ReportMetric(0, "ns/op")
 	})
 
 	b.Run("throughput16", func(b *testing.B) {
 		const callers = 16
-		run := func(cs *mcp.ClientSession, name string) float64 {
+		// rounds: the four paths take turns, a tenth of b.N calls each, so
+		// that load from outside the benchmark, which comes and goes on a
+		// shared machine, falls on all four alike.
+		const rounds = 10
+		run := func(cs *mcp.ClientSession, name string, n int) time.Duration {
 			var left atomic.Int64
-			left.Store(int64(b.N))
+			left.Store(int64(n))
 			var wg sync.WaitGroup
 			var failed atomic.Pointer[error]
 			t0 := time.Now()
@@ -157,17 +183,28 @@ decision_log: {path: %s}
 			if err := failed.Load(); err != nil {
 				b.Fatal(*err)
 			}
-			return float64(b.N) / time.Since(t0).Seconds()
+			return time.Since(t0)
 		}
-		d := run(direct, "echo")
-		r := run(relay, "echo")
-		g := run(gateway, "demo__echo")
+		var d, r, g, w time.Duration
+		for i := range rounds {
+			n := b.N / rounds
+			if i < b.N%rounds {
+				n++
+			}
+			d += run(direct, "echo", n)
+			r += run(relay, "echo", n)
+			g += run(gateway, "demo__echo", n)
+			w += run(wasm, "demo__echo", n)
+		}
 		b.StopTimer()
-		b.ReportMetric(d, "direct_calls/s")
-		b.ReportMetric(r, "relay_calls/s")
-		b.ReportMetric(g, "gateway_calls/s")
-		b.ReportMetric(g/d, "gateway/direct")
-		b.ReportMetric(r/d, "relay/direct")
+		perSecond := func(t time.Duration) float64 { return float64(b.N) / t.Seconds() }
+		b.ReportMetric(perSecond(d), "direct_calls/s")
+		b.ReportMetric(perSecond(r), "relay_calls/s")
+		b.ReportMetric(perSecond(g), "gateway_calls/s")
+		b.ReportMetric(perSecond(w), "wasm_calls/s")
+		b.ReportMetric(d.Seconds()/g.Seconds(), "gateway/direct")
+		b.ReportMetric(d.Seconds()/w.Seconds(), "wasm/direct")
+		b.ReportMetric(d.Seconds()/r.Seconds(), "relay/direct")
 		b.ReportMetric(0, "ns/op")
 	})
 }
