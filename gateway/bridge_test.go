@@ -468,3 +468,78 @@ func TestE2EProgressOfABridgedCallReachesTheCurrentRound(t *testing.T) {
 	require.Eventually(t, func() bool { return len(received()) >= 2 }, 5*time.Second, 10*time.Millisecond, "got %v", received())
 	assert.Equal(t, []string{"round-1: before", "round-2: after"}, received())
 }
+
+// TestE2EHeldPromptsAndReadsAreBounded: prompts/get and resources/read
+// count against the same per-principal limit of held calls as tools/call,
+// across methods and servers: a principal at its limit is refused at the
+// server while another principal is held. A held get or read continues
+// only for its principal and method; its count is given back when it ends,
+// answered or expired.
+func TestE2EHeldPromptsAndReadsAreBounded(t *testing.T) {
+	g, url, oplog, _ := askerGateway(t, InputRequestsConfig{Timeout: 3 * time.Second, MaxPerPrincipal: 1}, "one", "two")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	manual := &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }}
+	alice := modernClient(t, ctx, url, aliceToken, manual)
+	bob := modernClient(t, ctx, url, bobToken, manual)
+	args := map[string]string{"question": "publish?"}
+	get := func(cs *mcp.ClientSession, prompt string, answers mcp.InputResponseMap, state string) (*mcp.GetPromptResult, error) {
+		return cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: prompt, Arguments: args, InputResponses: answers, RequestState: state})
+	}
+	read := func(cs *mcp.ClientSession, answers mcp.InputResponseMap, state string) (*mcp.ReadResourceResult, error) {
+		return cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "asker://secret", InputResponses: answers, RequestState: state})
+	}
+
+	// Alice's read (served by "one") is held; her get on the other server
+	// passes her limit and is refused at the server, which ends it.
+	alicesRead, err := read(alice, nil, "")
+	require.NoError(t, err)
+	require.True(t, alicesRead.NeedsInput())
+	_, err = get(alice, "two__approval", nil, "")
+	require.ErrorContains(t, err, "too many calls waiting for client input")
+	// The limit is alice's: bob's get is held.
+	bobsGet, err := get(bob, "two__approval", nil, "")
+	require.NoError(t, err)
+	require.True(t, bobsGet.NeedsInput())
+	assert.Equal(t, 2, g.inputs.heldCount())
+
+	// Bound: bob cannot continue alice's read, nor alice bob's get; a
+	// state continues only the method it was issued for.
+	answers := acceptAll(alicesRead.InputRequests)
+	_, err = read(bob, answers, alicesRead.RequestState)
+	require.ErrorContains(t, err, "unknown or expired requestState")
+	_, err = get(alice, "two__approval", acceptAll(bobsGet.InputRequests), bobsGet.RequestState)
+	require.ErrorContains(t, err, "unknown or expired requestState")
+	_, err = get(alice, "one__approval", answers, alicesRead.RequestState)
+	require.ErrorContains(t, err, "another resources/read")
+	assert.Equal(t, 2, g.inputs.heldCount(), "refused retries leave the held calls as they are")
+
+	// Alice's own retry ends her read and gives her count back: her next
+	// get is held.
+	res, err := read(alice, answers, alicesRead.RequestState)
+	require.NoError(t, err)
+	require.False(t, res.NeedsInput())
+	assert.Equal(t, "secret: accept ok=true", res.Contents[0].Text)
+	alicesGet, err := get(alice, "one__approval", nil, "")
+	require.NoError(t, err)
+	require.True(t, alicesGet.NeedsInput())
+
+	// Nobody comes back: both gets expire and are cancelled on their
+	// servers; late retries find nothing, and the counts are given back.
+	require.Eventually(t, func() bool { return strings.Count(oplog.String(), `line="approval cancelled"`) == 2 },
+		15*time.Second, 10*time.Millisecond, oplog.String())
+	assert.Equal(t, 2, strings.Count(oplog.String(), "call held for client input expired"))
+	_, err = get(bob, "two__approval", acceptAll(bobsGet.InputRequests), bobsGet.RequestState)
+	require.ErrorContains(t, err, "unknown or expired requestState")
+	_, err = get(alice, "one__approval", acceptAll(alicesGet.InputRequests), alicesGet.RequestState)
+	require.ErrorContains(t, err, "unknown or expired requestState")
+	assert.Zero(t, g.inputs.heldCount())
+	again, err := read(alice, nil, "")
+	require.NoError(t, err)
+	require.True(t, again.NeedsInput(), "after expiry alice may be held again")
+	res, err = read(alice, acceptAll(again.InputRequests), again.RequestState)
+	require.NoError(t, err)
+	assert.Equal(t, "secret: accept ok=true", res.Contents[0].Text)
+	assert.Zero(t, g.inputs.heldCount())
+}
