@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -33,18 +34,30 @@ import (
 // decision log are returned.
 func askerGateway(t *testing.T, inputs InputRequestsConfig, names ...string) (g *Gateway, url string, oplog *testenv.Buffer, declog *decisionLog) {
 	t.Helper()
+	var servers []ServerConfig
+	for _, name := range names {
+		servers = append(servers, ServerConfig{Name: name, Command: testenv.BuildGo(t, "./testdata/servers/asker")})
+	}
+	return askerServersGateway(t, inputs, servers...)
+}
+
+// askerServersGateway is askerGateway for the asker fixture as each of
+// servers (over stdio or HTTP), everything of theirs allowed.
+func askerServersGateway(t *testing.T, inputs InputRequestsConfig, servers ...ServerConfig) (g *Gateway, url string, oplog *testenv.Buffer, declog *decisionLog) {
+	t.Helper()
 	key := func(id, token string) APIKeyConfig {
 		sum := sha256.Sum256([]byte(token))
 		return APIKeyConfig{ID: id, SHA256: hex.EncodeToString(sum[:])}
 	}
 	cfg := &Config{Naming: NamingFirst, InputRequests: inputs,
 		Auth: AuthConfig{Resource: testResource, APIKeys: []APIKeyConfig{key("alice", aliceToken), key("bob", bobToken)}}}
-	if len(names) > 1 {
+	if len(servers) > 1 {
 		cfg.Naming = NamingPrefix
 	}
-	for _, name := range names {
-		cfg.Servers = append(cfg.Servers, ServerConfig{Name: name, Command: testenv.BuildGo(t, "./testdata/servers/asker"), Tools: ToolFilter{Allow: []string{"*"}},
-			Prompts: ToolFilter{Allow: []string{"*"}}, Resources: ToolFilter{Allow: []string{"*"}}})
+	for _, sc := range servers {
+		all := ToolFilter{Allow: []string{"*"}}
+		sc.Tools, sc.Prompts, sc.Resources = all, all, all
+		cfg.Servers = append(cfg.Servers, sc)
 	}
 	oplog = &testenv.Buffer{}
 	g, declog = startGateway(t, cfg, WithLogger(slog.New(slog.NewTextHandler(oplog, nil))))
@@ -542,4 +555,95 @@ func TestE2EHeldPromptsAndReadsAreBounded(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "secret: accept ok=true", res.Contents[0].Text)
 	assert.Zero(t, g.inputs.heldCount())
+}
+
+// TestE2EInputRequestsOfAnHTTPServerReachTheirOwnCall: a streamable-HTTP
+// server of the 2025-11-25 era sends its requests for input on the
+// response stream of the call they serve, so with calls of several clients
+// in flight on it at once, each request reaches the client of its own
+// call: two 2026-07-28 clients' held (bridged) calls and a 2025-era
+// client's call. On a stdio server, whose requests say nothing of the call
+// they serve, a second client's request is still refused.
+func TestE2EInputRequestsOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	remote := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-http", addr) })
+	g, url, _, declog := askerServersGateway(t, InputRequestsConfig{},
+		ServerConfig{Name: "remote", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true},
+		ServerConfig{Name: "local", Command: asker})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	manual := &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }}
+	alice := modernClient(t, ctx, url, aliceToken, manual)
+	bob := modernClient(t, ctx, url, bobToken, manual)
+	// question is the one input request of a first round, which carries
+	// nothing of the gateway's own.
+	question := func(res *mcp.CallToolResult) string {
+		t.Helper()
+		for _, req := range res.InputRequests {
+			p := req.(*mcp.ElicitParams)
+			assert.Empty(t, p.Meta, "the gateway's mark does not reach the client")
+			return p.Message
+		}
+		return ""
+	}
+	answer := func(res *mcp.CallToolResult, ok bool) mcp.InputResponseMap {
+		answers := mcp.InputResponseMap{}
+		for k := range res.InputRequests {
+			answers[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": ok}}
+		}
+		return answers
+	}
+
+	// Alice's and bob's calls are held on the remote server at once, each
+	// with its own question.
+	alices := firstRound(t, ctx, alice, "remote__confirm", map[string]any{"question": "alice?"})
+	bobs := firstRound(t, ctx, bob, "remote__confirm", map[string]any{"question": "bob?"})
+	assert.Equal(t, "alice?", question(alices))
+	assert.Equal(t, "bob?", question(bobs))
+	assert.Equal(t, 2, g.inputs.heldCount())
+
+	// Meanwhile a 2025-era client's call on the same server is asked its
+	// own question, as a request.
+	var asked []string
+	legacy, err := mcp.NewClient(&mcp.Implementation{Name: "legacy"}, &mcp.ClientOptions{
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked = append(asked, req.Params.Message)
+			assert.Empty(t, req.Params.Meta, "the gateway's mark does not reach the client")
+			return &mcp.ElicitResult{Action: "decline"}, nil
+		}}).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer{bobToken}}},
+		&mcp.ClientSessionOptions{ProtocolVersion: legacyProtocolVersion})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = legacy.Close() })
+	res, err := legacy.CallTool(ctx, &mcp.CallToolParams{Name: "remote__confirm", Arguments: map[string]any{"question": "legacy?"}})
+	require.NoError(t, err)
+	assert.Equal(t, "decline ok=<nil>", text(t, res))
+	assert.Equal(t, []string{"legacy?"}, asked)
+
+	// Each answer reaches the call it was asked for, in any order.
+	res, err = bob.CallTool(ctx, &mcp.CallToolParams{Name: "remote__confirm", Arguments: map[string]any{"question": "bob?"},
+		InputResponses: answer(bobs, false), RequestState: bobs.RequestState})
+	require.NoError(t, err)
+	assert.Equal(t, "accept ok=false", text(t, res))
+	res, err = alice.CallTool(ctx, &mcp.CallToolParams{Name: "remote__confirm", Arguments: map[string]any{"question": "alice?"},
+		InputResponses: answer(alices, true), RequestState: alices.RequestState})
+	require.NoError(t, err)
+	assert.Equal(t, "accept ok=true", text(t, res))
+	for _, ev := range toolCalls(t, declog, "remote__confirm") {
+		assert.Equal(t, true, ev["result"].(map[string]any)["allow"], "every round is decided")
+	}
+	assert.Len(t, toolCalls(t, declog, "remote__confirm"), 5, "two calls with a retry each, and the 2025-era call")
+
+	// Over stdio, with alice's call held, bob's call finds the server's
+	// request refused: it could be either's.
+	alices = firstRound(t, ctx, alice, "local__confirm", map[string]any{"question": "alice?"})
+	res, err = bob.CallTool(ctx, &mcp.CallToolParams{Name: "local__confirm", Arguments: map[string]any{"question": "bob?"}})
+	require.NoError(t, err)
+	require.False(t, res.NeedsInput())
+	assert.Contains(t, text(t, res), "no single client request in flight")
+	res, err = alice.CallTool(ctx, &mcp.CallToolParams{Name: "local__confirm", Arguments: map[string]any{"question": "alice?"},
+		InputResponses: answer(alices, true), RequestState: alices.RequestState})
+	require.NoError(t, err)
+	assert.Equal(t, "accept ok=true", text(t, res))
+	require.Eventually(t, func() bool { return g.inputs.heldCount() == 0 }, 5*time.Second, 10*time.Millisecond)
 }
