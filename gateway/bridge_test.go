@@ -84,6 +84,16 @@ func modernClient(t *testing.T, ctx context.Context, url, token string, opts *mc
 	return cs
 }
 
+// manualClients connects alice and bob as 2026-07-28 clients that declare
+// elicitation but leave input_required results to the test, which retries
+// by hand.
+func manualClients(t *testing.T, ctx context.Context, url string) (alice, bob *mcp.ClientSession) {
+	t.Helper()
+	manual := &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }}
+	return modernClient(t, ctx, url, aliceToken, manual), modernClient(t, ctx, url, bobToken, manual)
+}
+
 // toolCalls are the tools/call decisions in the log for tool, in order.
 func toolCalls(t *testing.T, declog *decisionLog, tool string) []map[string]any {
 	return decisionsOn(t, declog, "tools/call", "tool", "name", tool)
@@ -183,10 +193,7 @@ func TestE2EHeldCallsAreBoundAndBounded(t *testing.T) {
 	g, url, oplog, _ := askerGateway(t, InputRequestsConfig{Timeout: 3 * time.Second, MaxPerPrincipal: 1}, "one", "two")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	manual := &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }}
-	alice := modernClient(t, ctx, url, aliceToken, manual)
-	bob := modernClient(t, ctx, url, bobToken, manual)
+	alice, bob := manualClients(t, ctx, url)
 	args := map[string]any{"question": "deploy?"}
 
 	first := firstRound(t, ctx, alice, "one__confirm", args)
@@ -380,10 +387,7 @@ func TestE2EHeldPromptsAndReadsAreBoundAndDecidedAfresh(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	g, url, oplog, declog, sw := switchedGateway(t, ctx, InputRequestsConfig{Timeout: 3 * time.Second})
-	manual := &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }}
-	alice := modernClient(t, ctx, url, aliceToken, manual)
-	bob := modernClient(t, ctx, url, bobToken, manual)
+	alice, bob := manualClients(t, ctx, url)
 	args := map[string]string{"question": "publish?"}
 	get := func(cs *mcp.ClientSession, args map[string]string, answers mcp.InputResponseMap, state string) (*mcp.GetPromptResult, error) {
 		return cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "approval", Arguments: args, InputResponses: answers, RequestState: state})
@@ -492,10 +496,7 @@ func TestE2EHeldPromptsAndReadsAreBounded(t *testing.T) {
 	g, url, oplog, _ := askerGateway(t, InputRequestsConfig{Timeout: 3 * time.Second, MaxPerPrincipal: 1}, "one", "two")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	manual := &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }}
-	alice := modernClient(t, ctx, url, aliceToken, manual)
-	bob := modernClient(t, ctx, url, bobToken, manual)
+	alice, bob := manualClients(t, ctx, url)
 	args := map[string]string{"question": "publish?"}
 	get := func(cs *mcp.ClientSession, prompt string, answers mcp.InputResponseMap, state string) (*mcp.GetPromptResult, error) {
 		return cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: prompt, Arguments: args, InputResponses: answers, RequestState: state})
@@ -572,10 +573,7 @@ func TestE2EInputRequestsOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
 		ServerConfig{Name: "local", Command: asker})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	manual := &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }}
-	alice := modernClient(t, ctx, url, aliceToken, manual)
-	bob := modernClient(t, ctx, url, bobToken, manual)
+	alice, bob := manualClients(t, ctx, url)
 	// question is the one input request of a first round, which carries
 	// nothing of the gateway's own.
 	question := func(res *mcp.CallToolResult) string {
