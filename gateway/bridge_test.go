@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -644,4 +647,90 @@ func TestE2EInputRequestsOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "accept ok=true", text(t, res))
 	require.Eventually(t, func() bool { return g.inputs.heldCount() == 0 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// TestE2ETypeScriptClientCompletesABridgedCall: a client of the official
+// TypeScript SDK (v2, @modelcontextprotocol/client) pinned to 2026-07-28
+// calls a tool of a 2025-era server that asks twice for input: the SDK
+// answers both input_required rounds with its elicitation handler and gets
+// the server's result; every round is decided and logged as its principal.
+func TestE2ETypeScriptClientCompletesABridgedCall(t *testing.T) {
+	g, url, _, declog := askerGateway(t, InputRequestsConfig{}, "asker")
+	call := filepath.Join(t.TempDir(), "call.json")
+	require.NoError(t, os.WriteFile(call, []byte(`{"tool":"twice","arguments":{},"answer":{"ok":true}}`), 0o600))
+
+	cmd := exec.Command(testenv.Node(t), filepath.Join(testenv.RepoRoot(t), "testdata", "clients", "typescript-client-mrtr.cjs"),
+		url+"/mcp", aliceToken, call)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+testenv.NodeModules(t))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "client failed:\n%s", stderr.String())
+	var got struct {
+		Era    string              `json:"era"`
+		Asked  []string            `json:"asked"`
+		Result *mcp.CallToolResult `json:"result"`
+		Error  map[string]any      `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(out, &got), string(out))
+	require.Nil(t, got.Error)
+	assert.Equal(t, modernProtocolVersion, got.Era)
+	assert.Equal(t, []string{"first?", "second?"}, got.Asked)
+	assert.Equal(t, "accept ok=true; accept ok=true", text(t, got.Result))
+
+	calls := toolCalls(t, declog, "twice")
+	require.Len(t, calls, 3, "the call and its two retries")
+	for _, ev := range calls {
+		assert.Equal(t, true, ev["result"].(map[string]any)["allow"])
+		assert.Equal(t, "alice", ev["input"].(map[string]any)["principal"].(map[string]any)["id"])
+	}
+	require.Eventually(t, func() bool { return g.inputs.heldCount() == 0 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// TestCompleteResultKeepsEverything: a result marked complete for a
+// 2026-07-28 client says so on the wire and keeps everything else it had;
+// the SDK's result types have no unexported field the copy would lose.
+func TestCompleteResultKeepsEverything(t *testing.T) {
+	unexported := func(v any) []string {
+		var names []string
+		for f := range reflect.TypeOf(v).Elem().Fields() {
+			if !f.IsExported() {
+				names = append(names, f.Name)
+			}
+		}
+		return names
+	}
+	check := func(res mcp.Result, marked mcp.Result) {
+		t.Helper()
+		before, err := json.Marshal(res)
+		require.NoError(t, err)
+		after, err := json.Marshal(marked)
+		require.NoError(t, err)
+		var want, got map[string]any
+		require.NoError(t, json.Unmarshal(before, &want))
+		require.NoError(t, json.Unmarshal(after, &got))
+		assert.NotContains(t, want, "resultType")
+		want["resultType"] = "complete"
+		assert.Equal(t, want, got)
+	}
+
+	failed := errors.New("tool failed")
+	call := &mcp.CallToolResult{Meta: mcp.Meta{"k": "v"}, Content: []mcp.Content{&mcp.TextContent{Text: "t"}},
+		StructuredContent: map[string]any{"n": 1}, RequestState: "s"}
+	call.SetError(failed)
+	marked := completeResult(call)
+	check(call, marked)
+	assert.Equal(t, failed, marked.GetError())
+	assert.Equal(t, []string{"resultType", "err"}, unexported(call))
+
+	prompt := &mcp.GetPromptResult{Description: "d", Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "m"}}}}
+	check(prompt, completeResult(prompt))
+	assert.Equal(t, []string{"resultType"}, unexported(prompt))
+
+	read := &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "u", Text: "x"}}}
+	check(read, completeResult(read))
+	assert.Equal(t, []string{"resultType"}, unexported(read))
+
+	var none *mcp.CallToolResult
+	assert.Nil(t, completeResult(none))
 }
