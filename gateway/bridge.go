@@ -126,7 +126,7 @@ func forwardBridged[R mcp.Result](g *Gateway, ctx context.Context, principal pol
 	case asked != nil:
 		return inputRequired[R](asked, state)
 	}
-	return res.(R), nil
+	return completeResult(res.(R)), nil
 }
 
 // call serves one round of a bridged request: a first round starts the
@@ -475,6 +475,44 @@ func inputRequired[R mcp.Result](requests mcp.InputRequestMap, state string) (R,
 		return zero, fmt.Errorf("mcp-warden: cannot ask the client for input: %w", err)
 	}
 	return res, nil
+}
+
+// completeTemplates hold, by result type, a result whose resultType is
+// "complete", decoded once from its wire form: the field is unexported and
+// set by the SDK only on results its own handlers return.
+var completeTemplates sync.Map // reflect.Type → reflect.Value (the struct)
+
+// completeResult is res (a *mcp.CallToolResult, *GetPromptResult or
+// *ReadResourceResult from a server of an older era) with resultType
+// "complete", which a 2026-07-28 client requires on every result of these
+// methods. The exported fields are copied into a copy of the template, as
+// is the tool result's error; TestCompleteResultKeepsEverything fails if
+// the SDK adds another unexported field.
+func completeResult[R mcp.Result](res R) R {
+	v := reflect.ValueOf(res)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return res
+	}
+	t := v.Type().Elem()
+	tmpl, ok := completeTemplates.Load(t)
+	if !ok {
+		p := reflect.New(t)
+		if err := json.Unmarshal([]byte(`{"resultType":"complete"}`), p.Interface()); err != nil {
+			return res // not one of the three: nothing to mark
+		}
+		tmpl, _ = completeTemplates.LoadOrStore(t, p.Elem())
+	}
+	out := reflect.New(t)
+	out.Elem().Set(tmpl.(reflect.Value))
+	for i := range t.NumField() {
+		if t.Field(i).IsExported() {
+			out.Elem().Field(i).Set(v.Elem().Field(i))
+		}
+	}
+	if r, ok := any(res).(*mcp.CallToolResult); ok && r.GetError() != nil {
+		out.Interface().(*mcp.CallToolResult).SetError(r.GetError())
+	}
+	return out.Interface().(R)
 }
 
 // askBridged asks the client of a bridged call for what the server

@@ -4,12 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -33,18 +37,30 @@ import (
 // decision log are returned.
 func askerGateway(t *testing.T, inputs InputRequestsConfig, names ...string) (g *Gateway, url string, oplog *testenv.Buffer, declog *decisionLog) {
 	t.Helper()
+	var servers []ServerConfig
+	for _, name := range names {
+		servers = append(servers, ServerConfig{Name: name, Command: testenv.BuildGo(t, "./testdata/servers/asker")})
+	}
+	return askerServersGateway(t, inputs, servers...)
+}
+
+// askerServersGateway is askerGateway for the asker fixture as each of
+// servers (over stdio or HTTP), everything of theirs allowed.
+func askerServersGateway(t *testing.T, inputs InputRequestsConfig, servers ...ServerConfig) (g *Gateway, url string, oplog *testenv.Buffer, declog *decisionLog) {
+	t.Helper()
 	key := func(id, token string) APIKeyConfig {
 		sum := sha256.Sum256([]byte(token))
 		return APIKeyConfig{ID: id, SHA256: hex.EncodeToString(sum[:])}
 	}
 	cfg := &Config{Naming: NamingFirst, InputRequests: inputs,
 		Auth: AuthConfig{Resource: testResource, APIKeys: []APIKeyConfig{key("alice", aliceToken), key("bob", bobToken)}}}
-	if len(names) > 1 {
+	if len(servers) > 1 {
 		cfg.Naming = NamingPrefix
 	}
-	for _, name := range names {
-		cfg.Servers = append(cfg.Servers, ServerConfig{Name: name, Command: testenv.BuildGo(t, "./testdata/servers/asker"), Tools: ToolFilter{Allow: []string{"*"}},
-			Prompts: ToolFilter{Allow: []string{"*"}}, Resources: ToolFilter{Allow: []string{"*"}}})
+	for _, sc := range servers {
+		all := ToolFilter{Allow: []string{"*"}}
+		sc.Tools, sc.Prompts, sc.Resources = all, all, all
+		cfg.Servers = append(cfg.Servers, sc)
 	}
 	oplog = &testenv.Buffer{}
 	g, declog = startGateway(t, cfg, WithLogger(slog.New(slog.NewTextHandler(oplog, nil))))
@@ -69,6 +85,16 @@ func modernClient(t *testing.T, ctx context.Context, url, token string, opts *mc
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cs.Close() })
 	return cs
+}
+
+// manualClients connects alice and bob as 2026-07-28 clients that declare
+// elicitation but leave input_required results to the test, which retries
+// by hand.
+func manualClients(t *testing.T, ctx context.Context, url string) (alice, bob *mcp.ClientSession) {
+	t.Helper()
+	manual := &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }}
+	return modernClient(t, ctx, url, aliceToken, manual), modernClient(t, ctx, url, bobToken, manual)
 }
 
 // toolCalls are the tools/call decisions in the log for tool, in order.
@@ -170,10 +196,7 @@ func TestE2EHeldCallsAreBoundAndBounded(t *testing.T) {
 	g, url, oplog, _ := askerGateway(t, InputRequestsConfig{Timeout: 3 * time.Second, MaxPerPrincipal: 1}, "one", "two")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	manual := &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }}
-	alice := modernClient(t, ctx, url, aliceToken, manual)
-	bob := modernClient(t, ctx, url, bobToken, manual)
+	alice, bob := manualClients(t, ctx, url)
 	args := map[string]any{"question": "deploy?"}
 
 	first := firstRound(t, ctx, alice, "one__confirm", args)
@@ -367,10 +390,7 @@ func TestE2EHeldPromptsAndReadsAreBoundAndDecidedAfresh(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	g, url, oplog, declog, sw := switchedGateway(t, ctx, InputRequestsConfig{Timeout: 3 * time.Second})
-	manual := &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil }}
-	alice := modernClient(t, ctx, url, aliceToken, manual)
-	bob := modernClient(t, ctx, url, bobToken, manual)
+	alice, bob := manualClients(t, ctx, url)
 	args := map[string]string{"question": "publish?"}
 	get := func(cs *mcp.ClientSession, args map[string]string, answers mcp.InputResponseMap, state string) (*mcp.GetPromptResult, error) {
 		return cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "approval", Arguments: args, InputResponses: answers, RequestState: state})
@@ -467,4 +487,250 @@ func TestE2EProgressOfABridgedCallReachesTheCurrentRound(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return len(received()) >= 2 }, 5*time.Second, 10*time.Millisecond, "got %v", received())
 	assert.Equal(t, []string{"round-1: before", "round-2: after"}, received())
+}
+
+// TestE2EHeldPromptsAndReadsAreBounded: prompts/get and resources/read
+// count against the same per-principal limit of held calls as tools/call,
+// across methods and servers: a principal at its limit is refused at the
+// server while another principal is held. A held get or read continues
+// only for its principal and method; its count is given back when it ends,
+// answered or expired.
+func TestE2EHeldPromptsAndReadsAreBounded(t *testing.T) {
+	g, url, oplog, _ := askerGateway(t, InputRequestsConfig{Timeout: 3 * time.Second, MaxPerPrincipal: 1}, "one", "two")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	alice, bob := manualClients(t, ctx, url)
+	args := map[string]string{"question": "publish?"}
+	get := func(cs *mcp.ClientSession, prompt string, answers mcp.InputResponseMap, state string) (*mcp.GetPromptResult, error) {
+		return cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: prompt, Arguments: args, InputResponses: answers, RequestState: state})
+	}
+	read := func(cs *mcp.ClientSession, answers mcp.InputResponseMap, state string) (*mcp.ReadResourceResult, error) {
+		return cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "asker://secret", InputResponses: answers, RequestState: state})
+	}
+
+	// Alice's read (served by "one") is held; her get on the other server
+	// passes her limit and is refused at the server, which ends it.
+	alicesRead, err := read(alice, nil, "")
+	require.NoError(t, err)
+	require.True(t, alicesRead.NeedsInput())
+	_, err = get(alice, "two__approval", nil, "")
+	require.ErrorContains(t, err, "too many calls waiting for client input")
+	// The limit is alice's: bob's get is held.
+	bobsGet, err := get(bob, "two__approval", nil, "")
+	require.NoError(t, err)
+	require.True(t, bobsGet.NeedsInput())
+	assert.Equal(t, 2, g.inputs.heldCount())
+
+	// Bound: bob cannot continue alice's read, nor alice bob's get; a
+	// state continues only the method it was issued for.
+	answers := acceptAll(alicesRead.InputRequests)
+	_, err = read(bob, answers, alicesRead.RequestState)
+	require.ErrorContains(t, err, "unknown or expired requestState")
+	_, err = get(alice, "two__approval", acceptAll(bobsGet.InputRequests), bobsGet.RequestState)
+	require.ErrorContains(t, err, "unknown or expired requestState")
+	_, err = get(alice, "one__approval", answers, alicesRead.RequestState)
+	require.ErrorContains(t, err, "another resources/read")
+	assert.Equal(t, 2, g.inputs.heldCount(), "refused retries leave the held calls as they are")
+
+	// Alice's own retry ends her read and gives her count back: her next
+	// get is held.
+	res, err := read(alice, answers, alicesRead.RequestState)
+	require.NoError(t, err)
+	require.False(t, res.NeedsInput())
+	assert.Equal(t, "secret: accept ok=true", res.Contents[0].Text)
+	alicesGet, err := get(alice, "one__approval", nil, "")
+	require.NoError(t, err)
+	require.True(t, alicesGet.NeedsInput())
+
+	// Nobody comes back: both gets expire and are cancelled on their
+	// servers; late retries find nothing, and the counts are given back.
+	require.Eventually(t, func() bool { return strings.Count(oplog.String(), `line="approval cancelled"`) == 2 },
+		15*time.Second, 10*time.Millisecond, oplog.String())
+	assert.Equal(t, 2, strings.Count(oplog.String(), "call held for client input expired"))
+	_, err = get(bob, "two__approval", acceptAll(bobsGet.InputRequests), bobsGet.RequestState)
+	require.ErrorContains(t, err, "unknown or expired requestState")
+	_, err = get(alice, "one__approval", acceptAll(alicesGet.InputRequests), alicesGet.RequestState)
+	require.ErrorContains(t, err, "unknown or expired requestState")
+	assert.Zero(t, g.inputs.heldCount())
+	again, err := read(alice, nil, "")
+	require.NoError(t, err)
+	require.True(t, again.NeedsInput(), "after expiry alice may be held again")
+	res, err = read(alice, acceptAll(again.InputRequests), again.RequestState)
+	require.NoError(t, err)
+	assert.Equal(t, "secret: accept ok=true", res.Contents[0].Text)
+	assert.Zero(t, g.inputs.heldCount())
+}
+
+// TestE2EInputRequestsOfAnHTTPServerReachTheirOwnCall: a streamable-HTTP
+// server of the 2025-11-25 era sends its requests for input on the
+// response stream of the call they serve, so with calls of several clients
+// in flight on it at once, each request reaches the client of its own
+// call: two 2026-07-28 clients' held (bridged) calls and a 2025-era
+// client's call. On a stdio server, whose requests say nothing of the call
+// they serve, a second client's request is still refused.
+func TestE2EInputRequestsOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	remote := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-http", addr) })
+	g, url, _, declog := askerServersGateway(t, InputRequestsConfig{},
+		ServerConfig{Name: "remote", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true},
+		ServerConfig{Name: "local", Command: asker})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	alice, bob := manualClients(t, ctx, url)
+	// question is the one input request of a first round, which carries
+	// nothing of the gateway's own.
+	question := func(res *mcp.CallToolResult) string {
+		t.Helper()
+		for _, req := range res.InputRequests {
+			p := req.(*mcp.ElicitParams)
+			assert.Empty(t, p.Meta, "the gateway's mark does not reach the client")
+			return p.Message
+		}
+		return ""
+	}
+	answer := func(res *mcp.CallToolResult, ok bool) mcp.InputResponseMap {
+		answers := mcp.InputResponseMap{}
+		for k := range res.InputRequests {
+			answers[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": ok}}
+		}
+		return answers
+	}
+
+	// Alice's and bob's calls are held on the remote server at once, each
+	// with its own question.
+	alices := firstRound(t, ctx, alice, "remote__confirm", map[string]any{"question": "alice?"})
+	bobs := firstRound(t, ctx, bob, "remote__confirm", map[string]any{"question": "bob?"})
+	assert.Equal(t, "alice?", question(alices))
+	assert.Equal(t, "bob?", question(bobs))
+	assert.Equal(t, 2, g.inputs.heldCount())
+
+	// Meanwhile a 2025-era client's call on the same server is asked its
+	// own question, as a request.
+	var asked []string
+	legacy, err := mcp.NewClient(&mcp.Implementation{Name: "legacy"}, &mcp.ClientOptions{
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked = append(asked, req.Params.Message)
+			assert.Empty(t, req.Params.Meta, "the gateway's mark does not reach the client")
+			return &mcp.ElicitResult{Action: "decline"}, nil
+		}}).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer{bobToken}}},
+		&mcp.ClientSessionOptions{ProtocolVersion: legacyProtocolVersion})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = legacy.Close() })
+	res, err := legacy.CallTool(ctx, &mcp.CallToolParams{Name: "remote__confirm", Arguments: map[string]any{"question": "legacy?"}})
+	require.NoError(t, err)
+	assert.Equal(t, "decline ok=<nil>", text(t, res))
+	assert.Equal(t, []string{"legacy?"}, asked)
+
+	// Each answer reaches the call it was asked for, in any order.
+	res, err = bob.CallTool(ctx, &mcp.CallToolParams{Name: "remote__confirm", Arguments: map[string]any{"question": "bob?"},
+		InputResponses: answer(bobs, false), RequestState: bobs.RequestState})
+	require.NoError(t, err)
+	assert.Equal(t, "accept ok=false", text(t, res))
+	res, err = alice.CallTool(ctx, &mcp.CallToolParams{Name: "remote__confirm", Arguments: map[string]any{"question": "alice?"},
+		InputResponses: answer(alices, true), RequestState: alices.RequestState})
+	require.NoError(t, err)
+	assert.Equal(t, "accept ok=true", text(t, res))
+	for _, ev := range toolCalls(t, declog, "remote__confirm") {
+		assert.Equal(t, true, ev["result"].(map[string]any)["allow"], "every round is decided")
+	}
+	assert.Len(t, toolCalls(t, declog, "remote__confirm"), 5, "two calls with a retry each, and the 2025-era call")
+
+	// Over stdio, with alice's call held, bob's call finds the server's
+	// request refused: it could be either's.
+	alices = firstRound(t, ctx, alice, "local__confirm", map[string]any{"question": "alice?"})
+	res, err = bob.CallTool(ctx, &mcp.CallToolParams{Name: "local__confirm", Arguments: map[string]any{"question": "bob?"}})
+	require.NoError(t, err)
+	require.False(t, res.NeedsInput())
+	assert.Contains(t, text(t, res), "no single client request in flight")
+	res, err = alice.CallTool(ctx, &mcp.CallToolParams{Name: "local__confirm", Arguments: map[string]any{"question": "alice?"},
+		InputResponses: answer(alices, true), RequestState: alices.RequestState})
+	require.NoError(t, err)
+	assert.Equal(t, "accept ok=true", text(t, res))
+	require.Eventually(t, func() bool { return g.inputs.heldCount() == 0 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// TestE2ETypeScriptClientCompletesABridgedCall: a client of the official
+// TypeScript SDK (v2, @modelcontextprotocol/client) pinned to 2026-07-28
+// calls a tool of a 2025-era server that asks twice for input: the SDK
+// answers both input_required rounds with its elicitation handler and gets
+// the server's result; every round is decided and logged as its principal.
+func TestE2ETypeScriptClientCompletesABridgedCall(t *testing.T) {
+	g, url, _, declog := askerGateway(t, InputRequestsConfig{}, "asker")
+	call := filepath.Join(t.TempDir(), "call.json")
+	require.NoError(t, os.WriteFile(call, []byte(`{"tool":"twice","arguments":{},"answer":{"ok":true}}`), 0o600))
+
+	cmd := exec.Command(testenv.Node(t), filepath.Join(testenv.RepoRoot(t), "testdata", "clients", "typescript-client-mrtr.cjs"),
+		url+"/mcp", aliceToken, call)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+testenv.NodeModules(t))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "client failed:\n%s", stderr.String())
+	var got struct {
+		Era    string              `json:"era"`
+		Asked  []string            `json:"asked"`
+		Result *mcp.CallToolResult `json:"result"`
+		Error  map[string]any      `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(out, &got), string(out))
+	require.Nil(t, got.Error)
+	assert.Equal(t, modernProtocolVersion, got.Era)
+	assert.Equal(t, []string{"first?", "second?"}, got.Asked)
+	assert.Equal(t, "accept ok=true; accept ok=true", text(t, got.Result))
+
+	calls := toolCalls(t, declog, "twice")
+	require.Len(t, calls, 3, "the call and its two retries")
+	for _, ev := range calls {
+		assert.Equal(t, true, ev["result"].(map[string]any)["allow"])
+		assert.Equal(t, "alice", ev["input"].(map[string]any)["principal"].(map[string]any)["id"])
+	}
+	require.Eventually(t, func() bool { return g.inputs.heldCount() == 0 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// TestCompleteResultKeepsEverything: a result marked complete for a
+// 2026-07-28 client says so on the wire and keeps everything else it had;
+// the SDK's result types have no unexported field the copy would lose.
+func TestCompleteResultKeepsEverything(t *testing.T) {
+	unexported := func(v any) []string {
+		var names []string
+		for f := range reflect.TypeOf(v).Elem().Fields() {
+			if !f.IsExported() {
+				names = append(names, f.Name)
+			}
+		}
+		return names
+	}
+	check := func(res mcp.Result, marked mcp.Result) {
+		t.Helper()
+		before, err := json.Marshal(res)
+		require.NoError(t, err)
+		after, err := json.Marshal(marked)
+		require.NoError(t, err)
+		var want, got map[string]any
+		require.NoError(t, json.Unmarshal(before, &want))
+		require.NoError(t, json.Unmarshal(after, &got))
+		assert.NotContains(t, want, "resultType")
+		want["resultType"] = "complete"
+		assert.Equal(t, want, got)
+	}
+
+	failed := errors.New("tool failed")
+	call := &mcp.CallToolResult{Meta: mcp.Meta{"k": "v"}, Content: []mcp.Content{&mcp.TextContent{Text: "t"}},
+		StructuredContent: map[string]any{"n": 1}, RequestState: "s"}
+	call.SetError(failed)
+	marked := completeResult(call)
+	check(call, marked)
+	assert.Equal(t, failed, marked.GetError())
+	assert.Equal(t, []string{"resultType", "err"}, unexported(call))
+
+	prompt := &mcp.GetPromptResult{Description: "d", Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "m"}}}}
+	check(prompt, completeResult(prompt))
+	assert.Equal(t, []string{"resultType"}, unexported(prompt))
+
+	read := &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "u", Text: "x"}}}
+	check(read, completeResult(read))
+	assert.Equal(t, []string{"resultType"}, unexported(read))
+
+	var none *mcp.CallToolResult
+	assert.Nil(t, completeResult(none))
 }

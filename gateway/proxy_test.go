@@ -34,7 +34,7 @@ type recordingProxy struct {
 	*httptest.Server
 	hosts     map[string]string
 	transport *http.Transport
-	wg        sync.WaitGroup // tunnels
+	wg        sync.WaitGroup // requests being served and tunnels
 
 	mu   sync.Mutex
 	seen []string // "<method> <host:port> <Proxy-Authorization>"
@@ -66,6 +66,10 @@ func (p *recordingProxy) target(hostport string) string {
 }
 
 func (p *recordingProxy) serve(w http.ResponseWriter, r *http.Request) {
+	// Counted from the start: Close stops waiting for a request once it
+	// hijacks its connection, and the tunnel's Add must not race the Wait.
+	p.wg.Add(1)
+	defer p.wg.Done()
 	p.mu.Lock()
 	p.seen = append(p.seen, r.Method+" "+r.Host+" "+r.Header.Get("Proxy-Authorization"))
 	p.mu.Unlock()

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"io"
@@ -21,10 +22,25 @@ import (
 // sampling and elicitation requests — reaches the downstream client that
 // made the request, and no other.
 type callRegistry struct {
+	// streamKey names the _meta member in which the upstream's
+	// streamable-HTTP transport marks a server request with the call whose
+	// response stream carried it (streamHTTP). It is random per upstream
+	// and never leaves the gateway, so a server cannot forge the mark.
+	streamKey string
+
 	mu    sync.Mutex
 	next  uint64
 	calls map[string]requestMeta // gateway progress token → downstream request
 }
+
+// newStreamKey is the random name of an upstream's stream mark.
+func newStreamKey() string {
+	return "mcp-warden.stream." + rand.Text()
+}
+
+// streamCallKey is the context key under which forward passes the id of the
+// call it sends to the HTTP transport (see streamHTTP).
+type streamCallKey struct{}
 
 // begin registers a downstream request and returns the gateway-unique id
 // that stands for its progress token upstream.
@@ -62,10 +78,36 @@ func (r *callRegistry) progress(ctx context.Context, p *mcp.ProgressNotification
 	_ = m.session.NotifyProgress(m.context(ctx), &q)
 }
 
+// requester is the downstream request a server's request (whose _meta is
+// meta) belongs to. A streamable-HTTP server's request sent on the
+// response stream of a call is that call's (the transport ties it to the
+// call; streamHTTP marks it, and the mark is removed here, before the
+// request goes on to the client); one whose call has ended belongs to
+// none. Other requests say nothing of the call they are for: see caller.
+//
+// p must not be a nil pointer.
+func (r *callRegistry) requester(p mcp.Params) (requestMeta, bool) {
+	meta := p.GetMeta()
+	id, marked := meta[r.streamKey]
+	if !marked {
+		return r.caller()
+	}
+	delete(meta, r.streamKey)
+	if len(meta) == 0 {
+		p.SetMeta(nil)
+	}
+	s, _ := id.(string)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.calls[s]
+	return m, ok && m.session != nil
+}
+
 // caller is the one downstream request a message from the server belongs
-// to. The protocol does not tie log messages and legacy server→client
-// requests to a request, so they are routed only when every request in
-// flight on this upstream comes from the same client session.
+// to. The protocol does not tie log messages, and legacy server→client
+// requests sent outside a call's response stream, to a request, so they
+// are routed only when every request in flight on this upstream comes
+// from the same client session.
 func (r *callRegistry) caller() (requestMeta, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -116,7 +158,7 @@ func (r *callRegistry) log(ctx context.Context, p *mcp.LoggingMessageParams) {
 var errNoCaller = errors.New("mcp-warden: no single client request in flight to relay this request to")
 
 func (r *callRegistry) createMessage(ctx context.Context, p *mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) {
-	m, ok := r.caller()
+	m, ok := r.requester(p)
 	if !ok {
 		return nil, errNoCaller
 	}
@@ -127,7 +169,7 @@ func (r *callRegistry) createMessage(ctx context.Context, p *mcp.CreateMessagePa
 }
 
 func (r *callRegistry) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
-	m, ok := r.caller()
+	m, ok := r.requester(p)
 	if !ok {
 		return nil, errNoCaller
 	}
@@ -146,11 +188,11 @@ func (r *callRegistry) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.El
 // has no roots. A client that declared no roots capability gets the server
 // the error the spec prescribes for such a client: method not found.
 func (r *callRegistry) listRoots(ctx context.Context, p *mcp.ListRootsParams) (*mcp.ListRootsResult, error) {
-	m, ok := r.caller()
+	if p == nil { // roots/list may come without params
+		p = &mcp.ListRootsParams{}
+	}
+	m, ok := r.requester(p)
 	if ok && m.bridge != nil {
-		if p == nil {
-			p = &mcp.ListRootsParams{}
-		}
 		return askBridged[*mcp.ListRootsResult](ctx, m.bridge, "roots/list", p)
 	}
 	if !ok || m.modern {
@@ -234,7 +276,7 @@ var relayedMethods = map[string]bool{"notifications/message": true, "notificatio
 // for the notifications sent before it. It wraps stdio and HTTP+SSE
 // connections; a streamable-HTTP connection must stay the SDK's own (the
 // SDK tells it the negotiated version and starts its GET stream through an
-// unexported method a wrapper would hide), so there countingHTTP counts in
+// unexported method a wrapper would hide), so there streamHTTP counts in
 // the response bodies instead.
 type countingTransport struct {
 	mcp.Transport
@@ -280,55 +322,128 @@ func (c *relayedCounter) wait(ctx context.Context) {
 	c.inflightCounter.wait(ctx)
 }
 
-// countingHTTP counts the relayed notifications in the SSE responses of a
-// streamable-HTTP server as the SDK reads them, which is before it reads
-// them as messages: a result waits for them all the same.
-type countingHTTP struct {
+// streamHTTP reads a streamable-HTTP server's SSE responses as the SDK
+// reads them (before it reads them as messages), for two things the SDK
+// does not keep: it counts the relayed notifications, so that a result
+// waits for them; and it marks each server request that arrives on the
+// response stream of a call with that call's id (from the request's
+// context, see forward), under the upstream's secret key in the request's
+// _meta: the transport ties such a request to the call (the SDK merges all
+// streams into one), and callRegistry.requester routes it there.
+type streamHTTP struct {
 	next    http.RoundTripper
 	relayed *relayedCounter
+	key     string // callRegistry.streamKey
 }
 
-func (t countingHTTP) RoundTrip(r *http.Request) (*http.Response, error) {
+func (t streamHTTP) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(r)
 	if err == nil && resp.Body != nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		resp.Body = &countingBody{ReadCloser: resp.Body, relayed: t.relayed}
+		call, _ := r.Context().Value(streamCallKey{}).(string)
+		resp.Body = &sseBody{ReadCloser: resp.Body, relayed: t.relayed, key: t.key, call: call}
 	}
 	return resp, err
 }
 
-// countingBody scans an SSE stream line by line for data lines holding a
-// relayed notification.
-type countingBody struct {
+// sseBody passes an SSE stream on line by line, byte for byte, counting
+// the data lines that hold a relayed notification and marking those that
+// hold a server request with call, if set (the stream answers that call).
+type sseBody struct {
 	io.ReadCloser
-	relayed *relayedCounter
-	line    []byte // the incomplete last line read so far
+	relayed   *relayedCounter
+	key, call string
+	buf       [4096]byte
+	line      []byte // the incomplete last line read so far
+	out       []byte // lines passed on; out[read:] are not yet read
+	read      int
+	err       error // the stream's error, returned once out is read
 }
 
-func (b *countingBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	data := p[:n]
-	for len(data) > 0 {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			b.line = append(b.line, data...)
-			break
+func (b *sseBody) Read(p []byte) (int, error) {
+	for len(b.out) == 0 && b.err == nil {
+		n, err := b.ReadCloser.Read(b.buf[:])
+		for data := b.buf[:n]; len(data) > 0; {
+			// SSE lines end in CR, LF or CRLF; the LF of a CRLF passes
+			// as an empty line of its own.
+			i := bytes.IndexAny(data, "\r\n")
+			if i < 0 {
+				b.line = append(b.line, data...)
+				break
+			}
+			b.line = append(b.line, data[:i]...)
+			b.out = append(b.passLine(b.out, b.line), data[i])
+			b.line, data = b.line[:0], data[i+1:]
 		}
-		b.countLine(append(b.line, data[:i]...))
-		b.line, data = b.line[:0], data[i+1:]
+		if err != nil {
+			b.out, b.line, b.err = append(b.out, b.line...), nil, err
+		}
 	}
-	return n, err
+	n := copy(p, b.out[b.read:])
+	if b.read += n; b.read < len(b.out) {
+		return n, nil
+	}
+	b.out, b.read = b.out[:0], 0
+	return n, b.err
 }
 
-func (b *countingBody) countLine(line []byte) {
-	payload, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r"), []byte("data:"))
+// passLine appends line (without its end) to out as it is passed on.
+func (b *sseBody) passLine(out, line []byte) []byte {
+	payload, ok := bytes.CutPrefix(line, []byte("data:"))
 	if !ok {
-		return
+		return append(out, line...)
 	}
 	var msg struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
 	}
-	if json.Unmarshal(bytes.TrimSpace(payload), &msg) == nil && msg.ID == nil && relayedMethods[msg.Method] {
-		b.relayed.add()
+	if json.Unmarshal(payload, &msg) != nil {
+		return append(out, line...)
 	}
+	switch {
+	case msg.ID == nil && relayedMethods[msg.Method]:
+		b.relayed.add()
+	case msg.ID != nil && msg.Method != "" && b.call != "":
+		if marked, err := withMetaMember(payload, b.key, b.call); err == nil {
+			return append(append(out, "data: "...), marked...)
+		}
+		// A request the SDK cannot read either stays unmarked, for the
+		// SDK to refuse.
+	}
+	return append(out, line...)
+}
+
+// withMetaMember is the JSON-RPC request msg with params._meta[key] set to
+// value; everything else is kept as it is.
+func withMetaMember(msg []byte, key, value string) ([]byte, error) {
+	var req, params, meta map[string]json.RawMessage
+	if err := json.Unmarshal(msg, &req); err != nil {
+		return nil, err
+	}
+	if raw := req["params"]; len(raw) > 0 {
+		if err := json.Unmarshal(raw, &params); err != nil {
+			return nil, err
+		}
+	}
+	if raw := params["_meta"]; len(raw) > 0 {
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			return nil, err
+		}
+	}
+	if params == nil {
+		params = map[string]json.RawMessage{}
+	}
+	if meta == nil {
+		meta = map[string]json.RawMessage{}
+	}
+	var err error
+	if meta[key], err = json.Marshal(value); err != nil {
+		return nil, err
+	}
+	if params["_meta"], err = json.Marshal(meta); err != nil {
+		return nil, err
+	}
+	if req["params"], err = json.Marshal(params); err != nil {
+		return nil, err
+	}
+	return json.Marshal(req)
 }

@@ -97,7 +97,7 @@ func (l *link) modern() bool {
 func startUpstream(ctx context.Context, g *Gateway, sc ServerConfig, env map[string]string) (_ *upstream, err error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	u := &upstream{cfg: sc, g: g}
+	u := &upstream{cfg: sc, g: g, calls: callRegistry{streamKey: newStreamKey()}}
 	defer func() {
 		if err != nil {
 			_ = u.close()
@@ -163,7 +163,7 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 			t = countingTransport{Transport: streamTransport{Transport: &mcp.SSEClientTransport{Endpoint: sc.URL, HTTPClient: hc}, ctx: streamCtx},
 				relayed: &l.relayed}
 		} else {
-			hc.Transport = countingHTTP{next: hc.Transport, relayed: &l.relayed}
+			hc.Transport = streamHTTP{next: hc.Transport, relayed: &l.relayed, key: u.calls.streamKey}
 			t = &mcp.StreamableClientTransport{Endpoint: sc.URL, HTTPClient: hc}
 		}
 	} else {
@@ -356,6 +356,7 @@ func forward[R any](ctx context.Context, u *upstream, send func(context.Context,
 	defer u.g.inflight.done()
 	id, done := u.calls.begin(m)
 	defer done()
+	ctx = context.WithValue(ctx, streamCallKey{}, id)
 	if !m.modern {
 		u.rootsAudience.add(m.session, u.g.liveSessions)
 	}

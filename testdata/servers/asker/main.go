@@ -1,4 +1,4 @@
-// Command asker is an MCP stdio server of the 2025-11-25 era only (it
+// Command asker is an MCP server of the 2025-11-25 era only (it
 // refuses server/discover, as the official TypeScript servers do) that asks
 // its client for input while serving a call, for tests of the gateway's
 // bridging of such requests to 2026-07-28 clients (input_required results):
@@ -21,6 +21,9 @@
 // one user message "<action> ok=<value>"; the resource asker://secret
 // elicits "reveal the secret?" and reads "secret: <action> ok=<value>".
 //
+// With -http ADDRESS it serves streamable HTTP (stateful, 2025-11-25)
+// there instead of stdio.
+//
 // A request cancelled while it waits for the client writes "<tool, prompt
 // or resource> cancelled" to stderr; every
 // notifications/roots/list_changed writes "roots changed".
@@ -29,8 +32,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -81,6 +86,8 @@ func confirm(ctx context.Context, ss *mcp.ServerSession, question string) (strin
 }
 
 func main() {
+	addr := flag.String("http", "", "serve streamable HTTP (2025-11-25) at `address` instead of stdio")
+	flag.Parse()
 	log.SetFlags(0)
 	var rootsChanges atomic.Int32
 	s := mcp.NewServer(&mcp.Implementation{Name: "asker", Version: "1"}, &mcp.ServerOptions{
@@ -194,6 +201,11 @@ func main() {
 			}
 			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "secret: " + answer}}}, nil
 		})
+	if *addr != "" {
+		// Stateful: sessions, and requests to the client on the stream of
+		// the call they serve.
+		log.Fatal(http.ListenAndServe(*addr, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)))
+	}
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		log.Fatal(err)
 	}
