@@ -514,7 +514,7 @@ func (l *DecisionLog) newRepeatEvent(first *Input, m *listMemo, took, eval time.
 	ev := l.baseEvent(took, eval)
 	ev.Input = listInput{Action: first.Action, Principal: first.Principal, RequestID: first.RequestID,
 		SessionID: first.SessionID, Time: first.Time}
-	ev.Result = listRepeat{SameAs: listRef{DecisionID: m.decisionID, Hash: m.written.Hash()}}
+	ev.Result = listRepeat{SameAs: listRef{DecisionID: m.decisionID, Hash: m.hash}}
 	return ev
 }
 
