@@ -126,7 +126,7 @@ func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision
 	if err != nil {
 		return deniedForLog(inputs, err)
 	}
-	if d.cache != nil && at.Hash != "" && !failed {
+	if d.cache != nil && at.Hash() != "" && !failed {
 		d.cache.remember(keys, decisions, ev.DecisionID, at)
 	}
 	return decisions

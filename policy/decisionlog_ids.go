@@ -10,13 +10,9 @@ import (
 	"time"
 )
 
-// newUUID returns a random (version 4) UUID, as OPA's decision_id is, from
-// the operating system's random source.
-func newUUID() string {
-	var u [16]byte
-	_, _ = rand.Read(u[:])
-	return formatUUID(&u)
-}
+// randomUUID fills u with the random bytes of a decision id (a version 4
+// UUID, as OPA's decision_id is) from the operating system's random source.
+func randomUUID(u *[16]byte) { _, _ = rand.Read(u[:]) }
 
 // uuidSource makes decision ids for one goroutine at a time: version 4
 // UUIDs whose 122 random bits come from a ChaCha8 generator seeded from
@@ -30,19 +26,21 @@ func newUUIDSource() *uuidSource {
 	return &uuidSource{rng: mathrand.NewChaCha8(seed)}
 }
 
-func (s *uuidSource) next() string {
-	var u [16]byte
+// fill sets u to the random bytes of the next id.
+func (s *uuidSource) fill(u *[16]byte) {
 	binary.LittleEndian.PutUint64(u[:8], s.rng.Uint64())
 	binary.LittleEndian.PutUint64(u[8:], s.rng.Uint64())
-	return formatUUID(&u)
 }
 
-// formatUUID sets u's version (4) and variant bits and writes it in the
+// uuidLen is the length of a UUID in the 8-4-4-4-12 form.
+const uuidLen = 36
+
+// appendUUID sets u's version (4) and variant bits and appends it in the
 // 8-4-4-4-12 form.
-func formatUUID(u *[16]byte) string {
+func appendUUID(b []byte, u *[16]byte) []byte {
 	u[6] = u[6]&0x0f | 0x40
 	u[8] = u[8]&0x3f | 0x80
-	var out [36]byte
+	var out [uuidLen]byte
 	hex.Encode(out[0:8], u[0:4])
 	out[8] = '-'
 	hex.Encode(out[9:13], u[4:6])
@@ -52,7 +50,7 @@ func formatUUID(u *[16]byte) string {
 	hex.Encode(out[19:23], u[8:10])
 	out[23] = '-'
 	hex.Encode(out[24:], u[10:16])
-	return string(out[:])
+	return append(b, out[:]...)
 }
 
 // timestampClock formats event timestamps as time.RFC3339Nano in UTC,
@@ -67,8 +65,8 @@ type stampSecond struct {
 	prefix string // "2006-01-02T15:04:05", without the zone
 }
 
-// format is t.UTC().Format(time.RFC3339Nano).
-func (c *timestampClock) format(t time.Time) string {
+// appendFormat appends t.UTC().Format(time.RFC3339Nano) to b.
+func (c *timestampClock) appendFormat(b []byte, t time.Time) []byte {
 	t = t.UTC()
 	sec := t.Unix()
 	s := c.second.Load()
@@ -77,8 +75,7 @@ func (c *timestampClock) format(t time.Time) string {
 		s = &stampSecond{unix: sec, prefix: strings.TrimSuffix(whole, "Z")}
 		c.second.Store(s)
 	}
-	var buf [48]byte
-	b := append(buf[:0], s.prefix...)
+	b = append(b, s.prefix...)
 	if ns := t.Nanosecond(); ns != 0 {
 		var digits [9]byte
 		for i := 8; i >= 0; i-- {
@@ -91,5 +88,5 @@ func (c *timestampClock) format(t time.Time) string {
 		}
 		b = append(append(b, '.'), digits[:n]...)
 	}
-	return string(append(b, 'Z'))
+	return append(b, 'Z')
 }

@@ -55,6 +55,7 @@ type listMemo struct {
 	decisions  []Decision
 	decisionID string
 	written    auditlog.Appended
+	hash       string // written.Hash(), made once for every repeat to name
 }
 
 // itemKey identifies the listed item. A tool's input schema and annotations
@@ -238,7 +239,7 @@ func (c *listCache) remember(keys []listKey, decisions []Decision, decisionID st
 			return
 		}
 	}
-	m := &listMemo{keys: keys, decisions: slices.Clone(decisions), decisionID: decisionID, written: written}
+	m := &listMemo{keys: keys, decisions: slices.Clone(decisions), decisionID: decisionID, written: written, hash: written.Hash()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.lists) >= listMemoMaxEntries {

@@ -420,7 +420,7 @@ func (c *canonicalizer) unicodeEscape(i int) (rune, int, bool) {
 func appendString[S ~string | ~[]byte](dst []byte, s S) []byte {
 	dst = append(dst, '"')
 	last := 0
-	for i := 0; i < len(s); i++ {
+	for i := plainPrefix(s); i < len(s); i++ {
 		b := s[i]
 		if b >= 0x20 && b != '"' && b != '\\' {
 			continue
@@ -447,4 +447,31 @@ func appendString[S ~string | ~[]byte](dst []byte, s S) []byte {
 	}
 	dst = append(dst, s[last:]...)
 	return append(dst, '"')
+}
+
+// plainPrefix returns the length of s's longest prefix of printable ASCII
+// other than '"' and '\\': bytes a canonical string holds as they are,
+// whatever the rest of s holds. It looks at eight bytes at a time, since
+// a record's strings (ids, times, names, reasons) are usually plain
+// throughout.
+func plainPrefix[S ~string | ~[]byte](s S) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		quote, backslash := w^('"'*ones), w^('\\'*ones)
+		// A byte of w is at or above 0x80, below 0x20 (exact once none is
+		// at or above 0x80), or equal to '"' or '\\' (a zero byte of quote
+		// or backslash).
+		if (w|(w-0x20*ones)&^w|(quote-ones)&^quote|(backslash-ones)&^backslash)&highs != 0 {
+			break
+		}
+	}
+	for ; i < len(s); i++ {
+		if b := s[i]; b < 0x20 || b >= 0x80 || b == '"' || b == '\\' {
+			break
+		}
+	}
+	return i
 }

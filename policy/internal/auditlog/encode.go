@@ -499,6 +499,11 @@ func IsEmpty(v reflect.Value) bool {
 // appendValidString writes s canonically, with invalid UTF-8 replaced by
 // U+FFFD as encoding/json does.
 func appendValidString(dst []byte, s string) []byte {
+	if plainPrefix(s) == len(s) { // the usual case: nothing to escape or repair
+		dst = append(dst, '"')
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
 	return appendString(dst, toValidUTF8(s))
 }
 

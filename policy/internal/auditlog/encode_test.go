@@ -185,3 +185,35 @@ func TestAppendEncodedOnlyInFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, s.Records)
 }
+
+// TestPlainPrefixFindsTheFirstByteToEscape: the word-at-a-time scan stops
+// exactly where a byte-at-a-time one does, over strings long enough to be
+// read in words, with every kind of byte at every position.
+func TestPlainPrefixFindsTheFirstByteToEscape(t *testing.T) {
+	slowPrefix := func(s string) int {
+		for i := 0; i < len(s); i++ {
+			if b := s[i]; b < 0x20 || b >= 0x80 || b == '"' || b == '\\' {
+				return i
+			}
+		}
+		return len(s)
+	}
+	r := rand.New(rand.NewPCG(8, 2026))
+	for n := range 40 {
+		for b := range 256 {
+			for _, at := range []int{0, n / 2, n - 1} {
+				if n == 0 || at < 0 {
+					continue
+				}
+				s := []byte(strings.Repeat("a~ Z", 10)[:n])
+				s[at] = byte(b)
+				if r.IntN(2) == 0 && n > 1 { // a second odd byte later
+					s[n-1] = byte(r.IntN(256))
+				}
+				require.Equal(t, slowPrefix(string(s)), plainPrefix(string(s)), "%q", s)
+				require.Equal(t, slowPrefix(string(s)), plainPrefix(s), "%q", s)
+				require.Equal(t, string(appendString(nil, toValidUTF8(string(s)))), string(appendValidString(nil, string(s))), "%q", s)
+			}
+		}
+	}
+}

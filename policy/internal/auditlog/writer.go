@@ -126,10 +126,19 @@ func Open(path string, opts Options) (*Writer, error) {
 
 // Appended says where a record went: its hash, and the file it was
 // written to, counted from 1 for the file the Writer opened and increased by
-// each rotation.
+// each rotation. The hash is kept as an array, so that a caller that does
+// not ask for it costs no allocation.
 type Appended struct {
-	Hash string
+	hash [sha256.Size * 2]byte // zero when no record was written
 	File uint64
+}
+
+// Hash is the record's hash in hex, or "" when no record was written.
+func (a Appended) Hash() string {
+	if a.hash[0] == 0 {
+		return ""
+	}
+	return string(a.hash[:])
 }
 
 // Append writes event, a JSON object without "prev_hash" and "hash", as
@@ -236,7 +245,7 @@ func (w *Writer) append(line []byte, prevAt int, onlyInFile uint64) (Appended, e
 	if w.tee != nil {
 		w.tee(bytes.Clone(line)) // line may be the caller's buffer
 	}
-	return Appended{Hash: string(hash[:]), File: w.file}, nil
+	return Appended{hash: hash, File: w.file}, nil
 }
 
 // write hands line to the kernel: a file's with write(2) on its
