@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"runtime"
@@ -17,16 +18,17 @@ import (
 // the decision to the DecisionLog before returning it. It is safe for
 // concurrent use.
 //
-// The exposure decisions of DecideExposure are cached when the engine is
+// The decisions of DecideExposure and Decide are cached when the engine is
 // one of this package's (NewRegoEngine, NewWasmEngine) and its policy
 // provably depends on nothing that differs between two identical requests:
 // it reads none of VolatileInputFields and calls no non-deterministic
-// builtin. The cache lives as long as the Decider: a new policy or new data
+// builtin. The caches live as long as the Decider: a new policy or new data
 // means a new Decider.
 type Decider struct {
 	engine Engine
 	log    *DecisionLog
 	cache  *listCache  // nil when the policy's decisions may not be reused
+	calls  *callCache  // nil when the policy's decisions may not be reused
 	fields inputFields // what the engine's policy reads of an Input; nil: all
 	// eval evaluates an input reduced to fields.
 	eval func(ctx context.Context, input []byte) (evaluation, error)
@@ -38,7 +40,7 @@ type Decider struct {
 func NewDecider(engine Engine, log *DecisionLog) *Decider {
 	d := &Decider{engine: engine, log: log}
 	if e, ok := engine.(cacheableEngine); ok && e.cacheable() {
-		d.cache = newListCache()
+		d.cache, d.calls = newListCache(), newCallCache()
 	}
 	d.fields, d.concurrency = nil, 1
 	d.eval = func(ctx context.Context, input []byte) (evaluation, error) {
@@ -62,11 +64,16 @@ func (d *Decider) Revision() string { return d.engine.Revision() }
 // error, an undefined or malformed result, or a log that cannot be written
 // yields a denial whose Reason says why (a tools/call denied for an error is
 // also Hidden, so errors never reveal which tools exist).
+//
+// When the policy's decisions may be reused (see Decider), a request whose
+// input, reduced to what the policy reads, equals one already decided
+// without error gets that decision again; its event is logged like any
+// other, with metrics.cache_hits 1.
 func (d *Decider) Decide(ctx context.Context, in Input) Decision {
 	start := time.Now()
-	dec, evalErr := d.evaluate(ctx, in)
+	dec, evalErr, hit := d.evaluateOnce(ctx, in)
 	decided := time.Now()
-	if err := d.log.logDecision(ctx, &in, dec, evalErr, decided, decided.Sub(start)); err != nil {
+	if err := d.log.logDecision(ctx, &in, dec, evalErr, hit, decided, decided.Sub(start)); err != nil {
 		return denyForError(in.Action, fmt.Errorf("decision log: %w", err))
 	}
 	return dec
@@ -92,7 +99,7 @@ func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision
 			decisions := m.decisions
 			took := time.Since(start)
 			ev := d.log.newRepeatEvent(&inputs[0], m, took, took)
-			ev.Metrics["cache_hits"] = int64(len(inputs))
+			ev.Metrics[metricCacheHits] = int64(len(inputs))
 			_, err := d.log.write(ctx, ev, m.written.File)
 			if err == nil {
 				return decisions
@@ -120,7 +127,7 @@ func (d *Decider) DecideExposure(ctx context.Context, inputs []Input) []Decision
 	eval := time.Since(start)
 	ev := d.log.newListEvent(inputs, decisions, errs, time.Since(start), eval)
 	if d.cache != nil {
-		ev.Metrics["cache_hits"] = int64(hits)
+		ev.Metrics[metricCacheHits] = int64(hits)
 	}
 	at, err := d.log.write(ctx, ev, 0)
 	if err != nil {
@@ -200,14 +207,43 @@ func (d *Decider) evaluate(ctx context.Context, in Input) (Decision, error) {
 		err = fmt.Errorf("encode input: %w", err)
 		return denyForError(in.Action, err), err
 	}
-	ev, err := d.eval(ctx, b)
+	return d.evaluateEncoded(ctx, in.Action, b)
+}
+
+// evaluateOnce is evaluate through the Decider's call cache, if it has
+// one; hit reports a decision from the cache.
+func (d *Decider) evaluateOnce(ctx context.Context, in Input) (dec Decision, err error, hit bool) {
+	if d.calls == nil {
+		dec, err = d.evaluate(ctx, in)
+		return dec, err, false
+	}
+	b, err := d.fields.encode(&in)
+	if err != nil {
+		err = fmt.Errorf("encode input: %w", err)
+		return denyForError(in.Action, err), err, false
+	}
+	key := sha256.Sum256(b)
+	if dec, ok := d.calls.lookup(key); ok {
+		return dec, nil, true
+	}
+	dec, err = d.evaluateEncoded(ctx, in.Action, b)
+	if err == nil {
+		d.calls.store(key, dec)
+	}
+	return dec, err, false
+}
+
+// evaluateEncoded evaluates input, the encoding of an input reduced to
+// what the policy reads, for action.
+func (d *Decider) evaluateEncoded(ctx context.Context, action Action, input []byte) (Decision, error) {
+	ev, err := d.eval(ctx, input)
 	if err != nil {
 		err = fmt.Errorf("evaluate %s: %w", Entrypoint, err)
-		return denyForError(in.Action, err), err
+		return denyForError(action, err), err
 	}
 	dec, err := decisionFromResult(ev.value)
 	if err != nil {
-		dec = denyForError(in.Action, err)
+		dec = denyForError(action, err)
 	}
 	dec.nondeterministic = ev.nondeterministic
 	return dec, err

@@ -376,9 +376,12 @@ func (l *DecisionLog) Close() error {
 // logDecision writes the event of one decision (see write), made at
 // decided after an evaluation of eval, built in a reused callEvent: a
 // decision allocates only its id and timestamp.
-func (l *DecisionLog) logDecision(ctx context.Context, in *Input, dec Decision, evalErr error, decided time.Time, eval time.Duration) error {
+func (l *DecisionLog) logDecision(ctx context.Context, in *Input, dec Decision, evalErr error, cached bool, decided time.Time, eval time.Duration) error {
 	c := callEvents.Get().(*callEvent)
 	l.fillEvent(c, in, dec, evalErr, decided, eval)
+	if cached {
+		c.metrics[metricCacheHits] = 1
+	}
 	_, err := l.write(ctx, &c.Event, 0)
 	c.reset()
 	callEvents.Put(c)
@@ -486,6 +489,9 @@ func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []
 const (
 	timerDecision = "timer_mcp_warden_decision_ns"
 	timerEval     = "timer_rego_query_eval_ns"
+	// metricCacheHits counts the decisions of an event that came from the
+	// Decider's caches rather than from an evaluation.
+	metricCacheHits = "cache_hits"
 )
 
 func (l *DecisionLog) baseEvent(took, eval time.Duration) *Event {

@@ -62,9 +62,9 @@ func TestReusedEventsCarryNothingOver(t *testing.T) {
 	ctx := context.Background()
 	failed := Input{Action: ActionToolsCall, Server: memoServer(), Tool: memoTool(), Arguments: map[string]any{"path": "x"}, Time: "t1"}
 	require.NoError(t, l.logDecision(ctx, &failed, Decision{Reason: "no", Hidden: true, Extra: map[string]any{"why": 1}},
-		errors.New("boom"), time.Now(), time.Millisecond))
+		errors.New("boom"), false, time.Now(), time.Millisecond))
 	plain := Input{Action: ActionPromptsGet, Server: Server{Name: "other"}, Prompt: &Prompt{Name: "p"}, Time: "t2"}
-	require.NoError(t, l.logDecision(ctx, &plain, Decision{Allow: true}, nil, time.Now(), time.Microsecond))
+	require.NoError(t, l.logDecision(ctx, &plain, Decision{Allow: true}, nil, false, time.Now(), time.Microsecond))
 
 	recs := bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n"))
 	require.Len(t, recs, 2)

@@ -15,7 +15,8 @@ import (
 // call by call, a tools/call decision without logging — Decider.evaluate,
 // exactly what Decide does before it logs (input encoding, evaluation,
 // reading the decision) — and the same decision through Decide with a file
-// log under each fsync policy. It reports the p50 of each and the p50 the
+// log under each fsync policy (the Decider's call cache off, so that both
+// evaluate). It reports the p50 of each and the p50 the
 // log adds (p50_added_ns); `make bench-log` runs it.
 func BenchmarkDecisionLogOverhead(b *testing.B) {
 	data := map[string]any{"warden": map[string]any{"servers": map[string]any{
@@ -35,6 +36,7 @@ func BenchmarkDecisionLogOverhead(b *testing.B) {
 			}
 			defer l.Close()
 			d := NewDecider(engine, l)
+			d.calls = nil // every Decide evaluates, as the baseline does
 			in := Input{
 				Action:    ActionToolsCall,
 				Principal: Principal{ID: "alice", Transport: "api", AuthMethod: "none"},
