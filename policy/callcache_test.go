@@ -85,7 +85,9 @@ func TestCallDecisionsCachedOnlyWhenTheSameQuestion(t *testing.T) {
 		}
 		return decisions, events(t, buf)
 	}
-	withArgs := func(path string) policy.Input { return input(policy.ActionToolsCall, "read_file", map[string]any{"path": path}) }
+	withArgs := func(path string) policy.Input {
+		return input(policy.ActionToolsCall, "read_file", map[string]any{"path": path})
+	}
 
 	t.Run("arguments read", func(t *testing.T) {
 		decisions, evs := decide(t, `package mcp.warden
