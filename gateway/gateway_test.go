@@ -252,10 +252,17 @@ func TestE2EDemoPolicyOverTheWire(t *testing.T) {
 }
 
 func TestE2EEverythingServer(t *testing.T) {
+	everything := testenv.BuildGo(t, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server")
 	g, _ := startGateway(t, &Config{Servers: []ServerConfig{{
-		Name:        "everything",
-		Command:     testenv.BuildGo(t, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server"),
-		Tools:       ToolFilter{Allow: []string{"*"}, Block: []string{"test_sampling", "test_elicitation*"}},
+		Name:    "everything",
+		Command: everything,
+		Tools:   ToolFilter{Allow: []string{"*"}, Block: []string{"test_sampling", "test_elicitation*"}},
+	}, {
+		// The same server with a call timeout shorter than its progress
+		// tool: a loaded machine cannot make the other calls time out.
+		Name:        "hasty",
+		Command:     everything,
+		Tools:       ToolFilter{Allow: []string{"test_tool_with_progress"}},
 		CallTimeout: 20 * time.Millisecond,
 	}}})
 	ctx := context.Background()
@@ -277,8 +284,9 @@ func TestE2EEverythingServer(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, res.IsError)
 
-	// The progress tool sleeps longer than the server's 20ms call timeout.
-	res, err = g.CallTool(ctx, alice, "everything__test_tool_with_progress", nil)
+	// The progress tool sleeps longer than the hasty server's 20ms call
+	// timeout.
+	res, err = g.CallTool(ctx, alice, "hasty__test_tool_with_progress", nil)
 	require.NoError(t, err)
 	assert.True(t, res.IsError)
 	assert.Contains(t, text(t, res), "did not answer within 20ms")
