@@ -1,15 +1,24 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
+	"os/exec"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcp-warden/mcp-warden/testdata/testenv"
 )
 
 // TestSSEBodyMarksTheRequestsOfItsCall: the SSE response of a call passes
@@ -142,4 +151,75 @@ func TestLogMessagesGoToTheCallOfTheirStream(t *testing.T) {
 	m, ok = r.requester(&mcp.LoggingMessageParams{Level: "info"})
 	require.True(t, ok, "unmarked with one client's call in flight")
 	assert.Same(t, bob, m.session)
+}
+
+// TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall: a streamable-HTTP
+// server of the 2025-11-25 era sends the log messages of a call on that
+// call's response stream, so with two principals' calls in flight on it at
+// once, each client receives its own call's log message, without the
+// gateway's mark, and at its own level; the same calls on a stdio server,
+// whose log messages say nothing of their call, have theirs dropped.
+func TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	remote := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-http", addr) })
+	_, url, _, _ := askerServersGateway(t, InputRequestsConfig{},
+		ServerConfig{Name: "remote", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true},
+		ServerConfig{Name: "local", Command: asker})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var mu sync.Mutex
+	heard := map[string][]string{}
+	connect := func(token, who string) *mcp.ClientSession {
+		t.Helper()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: who}, &mcp.ClientOptions{
+			LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
+				assert.Empty(t, req.Params.Meta, "the gateway's mark does not reach the client")
+				mu.Lock()
+				defer mu.Unlock()
+				heard[who] = append(heard[who], fmt.Sprint(req.Params.Data))
+			}}).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer{token}}},
+			&mcp.ClientSessionOptions{ProtocolVersion: legacyProtocolVersion})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cs.Close() })
+		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
+		return cs
+	}
+	alice, bob := connect(aliceToken, "alice"), connect(bobToken, "bob")
+	// together calls tool as alice and bob at once; the server sends each
+	// call's log message while both are in flight.
+	together := func(tool, round string) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for who, cs := range map[string]*mcp.ClientSession{"alice": alice, "bob": bob} {
+			wg.Go(func() {
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": who + " " + round, "together": 2}})
+				if assert.NoError(t, err) {
+					assert.Equal(t, "noted", text(t, res))
+				}
+			})
+		}
+		wg.Wait()
+	}
+	heardNow := func(who string) []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(heard[who])
+	}
+
+	together("local__note", "over stdio")
+	together("remote__note", "over HTTP")
+	require.Eventually(t, func() bool { return len(heardNow("alice")) > 0 && len(heardNow("bob")) > 0 },
+		5*time.Second, 10*time.Millisecond, "each client hears its own call")
+	// A log message misrouted or let through over stdio would have come
+	// before these.
+	assert.Equal(t, []string{"alice over HTTP"}, heardNow("alice"))
+	assert.Equal(t, []string{"bob over HTTP"}, heardNow("bob"))
+
+	// Each client's level still filters what it is sent.
+	require.NoError(t, bob.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "error"}))
+	together("remote__note", "again")
+	require.Eventually(t, func() bool { return len(heardNow("alice")) == 2 }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, []string{"alice over HTTP", "alice again"}, heardNow("alice"))
+	assert.Equal(t, []string{"bob over HTTP"}, heardNow("bob"))
 }
