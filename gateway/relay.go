@@ -78,12 +78,12 @@ func (r *callRegistry) progress(ctx context.Context, p *mcp.ProgressNotification
 	_ = m.session.NotifyProgress(m.context(ctx), &q)
 }
 
-// requester is the downstream request a server's request (whose _meta is
-// meta) belongs to. A streamable-HTTP server's request sent on the
-// response stream of a call is that call's (the transport ties it to the
-// call; streamHTTP marks it, and the mark is removed here, before the
-// request goes on to the client); one whose call has ended belongs to
-// none. Other requests say nothing of the call they are for: see caller.
+// requester is the downstream request a server's request or log message
+// (with params p) belongs to. A streamable-HTTP server's message sent on
+// the response stream of a call is that call's (the transport ties it to
+// the call; streamHTTP marks it, and the mark is removed here, before the
+// message goes on to the client); one whose call has ended belongs to
+// none. Other messages say nothing of the call they are for: see caller.
 //
 // p must not be a nil pointer.
 func (r *callRegistry) requester(p mcp.Params) (requestMeta, bool) {
@@ -104,8 +104,8 @@ func (r *callRegistry) requester(p mcp.Params) (requestMeta, bool) {
 }
 
 // caller is the one downstream request a message from the server belongs
-// to. The protocol does not tie log messages, and legacy server→client
-// requests sent outside a call's response stream, to a request, so they
+// to. The protocol does not tie log messages and legacy server→client
+// requests sent outside a call's response stream to a request, so they
 // are routed only when every request in flight on this upstream comes
 // from the same client session.
 func (r *callRegistry) caller() (requestMeta, bool) {
@@ -145,8 +145,10 @@ func (m requestMeta) now() (requestMeta, bool) {
 	return m, true
 }
 
+// log relays a log message to the client of the call it belongs to (see
+// requester), at that client's level; with no such call it is dropped.
 func (r *callRegistry) log(ctx context.Context, p *mcp.LoggingMessageParams) {
-	m, ok := r.caller()
+	m, ok := r.requester(p)
 	if ok {
 		m, ok = m.now()
 	}
@@ -271,6 +273,12 @@ func (c *inflightCounter) wait(ctx context.Context) {
 // relayed to the client of a request in flight.
 var relayedMethods = map[string]bool{"notifications/message": true, "notifications/progress": true}
 
+// streamRoutedNotifications are the relayed notifications that name no
+// request of their own (progress has its token), so that on a
+// streamable-HTTP upstream they are marked with the call whose response
+// stream carried them, as server requests are (sseBody).
+var streamRoutedNotifications = map[string]bool{"notifications/message": true}
+
 // countingTransport counts the relayed notifications read from the server,
 // in the order the server sent them, so that a request's result can wait
 // for the notifications sent before it. It wraps stdio and HTTP+SSE
@@ -325,11 +333,11 @@ func (c *relayedCounter) wait(ctx context.Context) {
 // streamHTTP reads a streamable-HTTP server's SSE responses as the SDK
 // reads them (before it reads them as messages), for two things the SDK
 // does not keep: it counts the relayed notifications, so that a result
-// waits for them; and it marks each server request that arrives on the
-// response stream of a call with that call's id (from the request's
-// context, see forward), under the upstream's secret key in the request's
-// _meta: the transport ties such a request to the call (the SDK merges all
-// streams into one), and callRegistry.requester routes it there.
+// waits for them; and it marks each server request and log message that
+// arrives on the response stream of a call with that call's id (from the
+// request's context, see forward), under the upstream's secret key in the
+// message's _meta: the transport ties such a message to the call (the SDK
+// merges all streams into one), and callRegistry.requester routes it there.
 type streamHTTP struct {
 	next    http.RoundTripper
 	relayed *relayedCounter
@@ -347,7 +355,8 @@ func (t streamHTTP) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // sseBody passes an SSE stream on line by line, byte for byte, counting
 // the data lines that hold a relayed notification and marking those that
-// hold a server request with call, if set (the stream answers that call).
+// hold a server request or a stream-routed notification with call, if set
+// (the stream answers that call).
 type sseBody struct {
 	io.ReadCloser
 	relayed   *relayedCounter
@@ -399,21 +408,22 @@ func (b *sseBody) passLine(out, line []byte) []byte {
 	if json.Unmarshal(payload, &msg) != nil {
 		return append(out, line...)
 	}
-	switch {
-	case msg.ID == nil && relayedMethods[msg.Method]:
+	notification := msg.ID == nil && msg.Method != ""
+	if notification && relayedMethods[msg.Method] {
 		b.relayed.add()
-	case msg.ID != nil && msg.Method != "" && b.call != "":
+	}
+	if b.call != "" && (msg.ID != nil && msg.Method != "" || notification && streamRoutedNotifications[msg.Method]) {
 		if marked, err := withMetaMember(payload, b.key, b.call); err == nil {
 			return append(append(out, "data: "...), marked...)
 		}
-		// A request the SDK cannot read either stays unmarked, for the
-		// SDK to refuse.
+		// A message the SDK cannot read either stays unmarked, for the
+		// SDK to refuse (a request) or drop (a notification).
 	}
 	return append(out, line...)
 }
 
-// withMetaMember is the JSON-RPC request msg with params._meta[key] set to
-// value; everything else is kept as it is.
+// withMetaMember is the JSON-RPC request or notification msg with
+// params._meta[key] set to value; everything else is kept as it is.
 func withMetaMember(msg []byte, key, value string) ([]byte, error) {
 	var req, params, meta map[string]json.RawMessage
 	if err := json.Unmarshal(msg, &req); err != nil {

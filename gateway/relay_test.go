@@ -1,14 +1,24 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
+	"os/exec"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcp-warden/mcp-warden/testdata/testenv"
 )
 
 // TestSSEBodyMarksTheRequestsOfItsCall: the SSE response of a call passes
@@ -59,4 +69,157 @@ func TestSSEBodyMarksTheRequestsOfItsCall(t *testing.T) {
 		}
 	}
 	assert.Contains(t, marked, "\"9007199254740993\"}]}}\n\n: a comment\ndata: not json")
+}
+
+// TestSSEBodyMarksTheLogMessagesOfItsCall: log messages on a call's
+// response stream carry the call's id under the stream key, as its
+// requests do, and are counted; progress (routed by its token) and other
+// notifications pass as they came; on a stream of no call nothing is
+// marked.
+func TestSSEBodyMarksTheLogMessagesOfItsCall(t *testing.T) {
+	const key = "mcp-warden.stream.K"
+	logged := `data: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","logger":"l","data":{"n":9007199254740993}}}` + "\n\n"
+	metaLogged := `data: {"jsonrpc":"2.0","method":"notifications/message","params":{"_meta":{"x":"y"},"level":"error","data":"boom"}}` + "\r\n\r\n"
+	progress := `data: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t","progress":1}}` + "\n\n"
+	updated := `data: {"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"u"}}` + "\n\n"
+	stream := logged + progress + metaLogged + updated
+
+	read := func(call string) (string, *relayedCounter) {
+		relayed := &relayedCounter{}
+		body := &sseBody{ReadCloser: io.NopCloser(iotest.OneByteReader(strings.NewReader(stream))), relayed: relayed, key: key, call: call}
+		out, err := io.ReadAll(iotest.HalfReader(body))
+		require.NoError(t, err)
+		return string(out), relayed
+	}
+	unmarked, relayed := read("")
+	assert.Equal(t, stream, unmarked)
+	assert.Equal(t, 3, relayed.n, "both log messages and the progress")
+
+	marked, relayed := read("mcp-warden-7")
+	assert.Equal(t, 3, relayed.n)
+	var params []map[string]any
+	for line := range strings.FieldsFuncSeq(marked, func(r rune) bool { return r == '\r' || r == '\n' }) {
+		var msg struct{ Params map[string]any }
+		d := json.NewDecoder(strings.NewReader(strings.TrimPrefix(line, "data: ")))
+		d.UseNumber()
+		require.NoError(t, d.Decode(&msg))
+		params = append(params, msg.Params)
+	}
+	require.Len(t, params, 4)
+	assert.Equal(t, map[string]any{"_meta": map[string]any{key: "mcp-warden-7"}, "level": "info", "logger": "l",
+		"data": map[string]any{"n": json.Number("9007199254740993")}}, params[0])
+	assert.Equal(t, map[string]any{"_meta": map[string]any{key: "mcp-warden-7", "x": "y"}, "level": "error", "data": "boom"}, params[2])
+	assert.Contains(t, marked, progress, "progress is routed by its token")
+	assert.Contains(t, marked, updated)
+	assert.NotContains(t, marked, logged)
+}
+
+// TestLogMessagesGoToTheCallOfTheirStream: a marked log message belongs to
+// the call it is marked with, whoever else has calls in flight, and to no
+// one once that call has ended (not to the single caller left); the mark
+// is removed. An unmarked one goes to a single caller only.
+func TestLogMessagesGoToTheCallOfTheirStream(t *testing.T) {
+	r := &callRegistry{streamKey: "mcp-warden.stream.K"}
+	alice, bob := &mcp.ServerSession{}, &mcp.ServerSession{}
+	alices, endAlices := r.begin(requestMeta{session: alice, requestID: "a"})
+	_, endBobs := r.begin(requestMeta{session: bob, requestID: "b"})
+	defer endBobs()
+
+	marked := func(id string) *mcp.LoggingMessageParams {
+		return &mcp.LoggingMessageParams{Meta: mcp.Meta{r.streamKey: id}, Level: "info", Data: "d"}
+	}
+	p := marked(alices)
+	m, ok := r.requester(p)
+	require.True(t, ok)
+	assert.Equal(t, "a", m.requestID)
+	assert.Nil(t, p.Meta, "the mark does not reach the client")
+	kept := &mcp.LoggingMessageParams{Meta: mcp.Meta{r.streamKey: alices, "x": "y"}}
+	_, ok = r.requester(kept)
+	require.True(t, ok)
+	assert.Equal(t, mcp.Meta{"x": "y"}, kept.Meta)
+
+	_, ok = r.requester(&mcp.LoggingMessageParams{Level: "info"})
+	assert.False(t, ok, "unmarked with two clients' calls in flight: dropped")
+
+	endAlices()
+	p = marked(alices)
+	_, ok = r.requester(p)
+	assert.False(t, ok, "its call has ended: dropped, not given to bob")
+	assert.Nil(t, p.Meta)
+	_, ok = r.requester(&mcp.LoggingMessageParams{Meta: mcp.Meta{r.streamKey: 7}})
+	assert.False(t, ok, "a mark that is no call's string")
+	m, ok = r.requester(&mcp.LoggingMessageParams{Level: "info"})
+	require.True(t, ok, "unmarked with one client's call in flight")
+	assert.Same(t, bob, m.session)
+}
+
+// TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall: a streamable-HTTP
+// server of the 2025-11-25 era sends the log messages of a call on that
+// call's response stream, so with two principals' calls in flight on it at
+// once, each client receives its own call's log message, without the
+// gateway's mark, and at its own level; the same calls on a stdio server,
+// whose log messages say nothing of their call, have theirs dropped.
+func TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	remote := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-http", addr) })
+	_, url, _, _ := askerServersGateway(t, InputRequestsConfig{},
+		ServerConfig{Name: "remote", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true},
+		ServerConfig{Name: "local", Command: asker})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var mu sync.Mutex
+	heard := map[string][]string{}
+	connect := func(token, who string) *mcp.ClientSession {
+		t.Helper()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: who}, &mcp.ClientOptions{
+			LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
+				assert.Empty(t, req.Params.Meta, "the gateway's mark does not reach the client")
+				mu.Lock()
+				defer mu.Unlock()
+				heard[who] = append(heard[who], fmt.Sprint(req.Params.Data))
+			}}).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer{token}}},
+			&mcp.ClientSessionOptions{ProtocolVersion: legacyProtocolVersion})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cs.Close() })
+		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
+		return cs
+	}
+	alice, bob := connect(aliceToken, "alice"), connect(bobToken, "bob")
+	// together calls tool as alice and bob at once; the server sends each
+	// call's log message while both are in flight.
+	together := func(tool, round string) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for who, cs := range map[string]*mcp.ClientSession{"alice": alice, "bob": bob} {
+			wg.Go(func() {
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": who + " " + round, "together": 2}})
+				if assert.NoError(t, err) {
+					assert.Equal(t, "noted", text(t, res))
+				}
+			})
+		}
+		wg.Wait()
+	}
+	heardNow := func(who string) []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(heard[who])
+	}
+
+	together("local__note", "over stdio")
+	together("remote__note", "over HTTP")
+	require.Eventually(t, func() bool { return len(heardNow("alice")) > 0 && len(heardNow("bob")) > 0 },
+		5*time.Second, 10*time.Millisecond, "each client hears its own call")
+	// A log message misrouted or let through over stdio would have come
+	// before these.
+	assert.Equal(t, []string{"alice over HTTP"}, heardNow("alice"))
+	assert.Equal(t, []string{"bob over HTTP"}, heardNow("bob"))
+
+	// Each client's level still filters what it is sent.
+	require.NoError(t, bob.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "error"}))
+	together("remote__note", "again")
+	require.Eventually(t, func() bool { return len(heardNow("alice")) == 2 }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, []string{"alice over HTTP", "alice again"}, heardNow("alice"))
+	assert.Equal(t, []string{"bob over HTTP"}, heardNow("bob"))
 }

@@ -16,6 +16,11 @@
 //     notifies "while waiting", pings the client (so that the client has
 //     read the notification) and writes "progress sent while waiting" to
 //     stderr. It answers as confirm does.
+//   - note {"text", "together"}: waits until `together` note calls are in
+//     flight at once, sends the log message text (level info, logger
+//     "asker") on its call, waits until each of them has sent its own, and
+//     answers "noted". So every log message is sent while all those calls
+//     are in flight.
 //
 // The prompt approval {"question"} elicits its question and answers with
 // one user message "<action> ok=<value>"; the resource asker://secret
@@ -37,6 +42,7 @@ import (
 	"log"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,6 +91,38 @@ func confirm(ctx context.Context, ss *mcp.ServerSession, question string) (strin
 	return fmt.Sprintf("%s ok=%v", res.Action, res.Content["ok"]), nil
 }
 
+// meeting holds calls until a number of them have come.
+type meeting struct {
+	mu   sync.Mutex
+	n    int
+	here chan struct{} // closed when the calls waiting now are all here
+}
+
+// meet waits until of calls (counting this one) are waiting, or ctx ends.
+func (m *meeting) meet(ctx context.Context, of int) error {
+	m.mu.Lock()
+	if m.here == nil {
+		m.here = make(chan struct{})
+	}
+	here := m.here
+	if m.n++; m.n >= of {
+		close(here)
+		m.here, m.n = nil, 0
+	}
+	m.mu.Unlock()
+	select {
+	case <-here:
+		return nil
+	case <-ctx.Done():
+		m.mu.Lock()
+		if m.here == here {
+			m.n--
+		}
+		m.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
 func main() {
 	addr := flag.String("http", "", "serve streamable HTTP (2025-11-25) at `address` instead of stdio")
 	flag.Parse()
@@ -92,7 +130,7 @@ func main() {
 	var rootsChanges atomic.Int32
 	s := mcp.NewServer(&mcp.Implementation{Name: "asker", Version: "1"}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Prompts: &mcp.PromptCapabilities{},
-			Resources: &mcp.ResourceCapabilities{}},
+			Resources: &mcp.ResourceCapabilities{}, Logging: &mcp.LoggingCapabilities{}},
 		RootsListChangedHandler: func(context.Context, *mcp.RootsListChangedRequest) {
 			rootsChanges.Add(1)
 			log.Printf("roots changed")
@@ -183,6 +221,25 @@ func main() {
 		notify(3, "after")
 		return done(answer), nil
 	})
+	var inFlight, logged meeting
+	s.AddTool(&mcp.Tool{Name: "note", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"},"together":{"type":"integer"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var args struct {
+				Text     string
+				Together int
+			}
+			_ = json.Unmarshal(req.Params.Arguments, &args)
+			if err := inFlight.meet(ctx, args.Together); err != nil {
+				return failed(ctx, "note", err), nil
+			}
+			if err := req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: "asker", Data: args.Text}); err != nil {
+				return done("error: " + err.Error()), nil
+			}
+			if err := logged.meet(ctx, args.Together); err != nil {
+				return failed(ctx, "note", err), nil
+			}
+			return done("noted"), nil
+		})
 	s.AddPrompt(&mcp.Prompt{Name: "approval", Arguments: []*mcp.PromptArgument{{Name: "question"}}},
 		func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 			answer, err := confirm(ctx, req.Session, req.Params.Arguments["question"])
