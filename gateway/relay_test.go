@@ -21,6 +21,18 @@ import (
 	"github.com/mcp-warden/mcp-warden/testdata/testenv"
 )
 
+// readSSEBody reads stream through an sseBody of call (none: "") marking
+// under key, cut one byte and half a read at a time; it returns what came
+// out and the relayed notifications counted.
+func readSSEBody(t *testing.T, stream, key, call string) (string, *relayedCounter) {
+	t.Helper()
+	relayed := &relayedCounter{}
+	body := &sseBody{ReadCloser: io.NopCloser(iotest.OneByteReader(strings.NewReader(stream))), relayed: relayed, key: key, call: call}
+	out, err := io.ReadAll(iotest.HalfReader(body))
+	require.NoError(t, err)
+	return string(out), relayed
+}
+
 // TestSSEBodyMarksTheRequestsOfItsCall: the SSE response of a call passes
 // byte for byte, however it is cut, except that the server's requests on
 // it carry the call's id under the stream key, beside the _meta they had;
@@ -34,13 +46,7 @@ func TestSSEBodyMarksTheRequestsOfItsCall(t *testing.T) {
 		`data: {"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"9007199254740993"}]}}` + "\n\n" +
 		": a comment\n" + "data: not json"
 
-	read := func(call string) (string, *relayedCounter) {
-		relayed := &relayedCounter{}
-		body := &sseBody{ReadCloser: io.NopCloser(iotest.OneByteReader(strings.NewReader(stream))), relayed: relayed, key: key, call: call}
-		out, err := io.ReadAll(iotest.HalfReader(body))
-		require.NoError(t, err)
-		return string(out), relayed
-	}
+	read := func(call string) (string, *relayedCounter) { return readSSEBody(t, stream, key, call) }
 
 	unmarked, relayed := read("")
 	assert.Equal(t, stream, unmarked)
@@ -84,13 +90,7 @@ func TestSSEBodyMarksTheLogMessagesOfItsCall(t *testing.T) {
 	updated := `data: {"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"u"}}` + "\n\n"
 	stream := logged + progress + metaLogged + updated
 
-	read := func(call string) (string, *relayedCounter) {
-		relayed := &relayedCounter{}
-		body := &sseBody{ReadCloser: io.NopCloser(iotest.OneByteReader(strings.NewReader(stream))), relayed: relayed, key: key, call: call}
-		out, err := io.ReadAll(iotest.HalfReader(body))
-		require.NoError(t, err)
-		return string(out), relayed
-	}
+	read := func(call string) (string, *relayedCounter) { return readSSEBody(t, stream, key, call) }
 	unmarked, relayed := read("")
 	assert.Equal(t, stream, unmarked)
 	assert.Equal(t, 3, relayed.n, "both log messages and the progress")

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcp-warden/mcp-warden/policy"
-	"github.com/mcp-warden/mcp-warden/rego"
 )
 
 // TestCallDecisionsCachedByWhatThePolicyReads: a second tools/call whose
@@ -19,17 +18,7 @@ import (
 // other, with metrics.cache_hits 1; a call that differs in what the
 // policy reads is evaluated.
 func TestCallDecisionsCachedByWhatThePolicyReads(t *testing.T) {
-	engines := map[string]func(t *testing.T) policy.Engine{
-		"rego": func(t *testing.T) policy.Engine {
-			e, err := policy.NewRegoEngine(context.Background(), rego.Default(), serverData)
-			require.NoError(t, err)
-			return e
-		},
-		"wasm": func(t *testing.T) policy.Engine {
-			return newWasmEngine(t, rego.Default(), serverData, policy.WasmOptions{Instances: 2})
-		},
-	}
-	for name, newEngine := range engines {
+	for name, newEngine := range defaultEngines {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			var buf bytes.Buffer

@@ -39,18 +39,20 @@ func cacheHits(t *testing.T, ev map[string]any) any {
 	return ev["metrics"].(map[string]any)["cache_hits"]
 }
 
+// defaultEngines make the default library with serverData on each engine.
+var defaultEngines = map[string]func(t *testing.T) policy.Engine{
+	"rego": func(t *testing.T) policy.Engine {
+		e, err := policy.NewRegoEngine(context.Background(), rego.Default(), serverData)
+		require.NoError(t, err)
+		return e
+	},
+	"wasm": func(t *testing.T) policy.Engine {
+		return newWasmEngine(t, rego.Default(), serverData, policy.WasmOptions{Instances: 2})
+	},
+}
+
 func TestExposureCacheHitsMissesAndLogsEveryList(t *testing.T) {
-	engines := map[string]func(t *testing.T) policy.Engine{
-		"rego": func(t *testing.T) policy.Engine {
-			e, err := policy.NewRegoEngine(context.Background(), rego.Default(), serverData)
-			require.NoError(t, err)
-			return e
-		},
-		"wasm": func(t *testing.T) policy.Engine {
-			return newWasmEngine(t, rego.Default(), serverData, policy.WasmOptions{Instances: 2})
-		},
-	}
-	for name, newEngine := range engines {
+	for name, newEngine := range defaultEngines {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			var buf bytes.Buffer
