@@ -71,7 +71,7 @@ func (d *Decider) Revision() string { return d.engine.Revision() }
 // other, with metrics.cache_hits 1.
 func (d *Decider) Decide(ctx context.Context, in Input) Decision {
 	start := time.Now()
-	dec, evalErr, hit := d.evaluateOnce(ctx, in)
+	dec, evalErr, hit := d.evaluate(ctx, in, d.calls)
 	decided := time.Now()
 	if err := d.log.logDecision(ctx, &in, dec, evalErr, hit, decided, decided.Sub(start)); err != nil {
 		return denyForError(in.Action, fmt.Errorf("decision log: %w", err))
@@ -164,7 +164,7 @@ func (d *Decider) evaluateMisses(ctx context.Context, inputs []Input, decisions 
 			}
 			for i := start; i < min(start+listChunk, len(inputs)); i++ {
 				if !hit[i] {
-					decisions[i], errs[i] = d.evaluate(ctx, inputs[i])
+					decisions[i], errs[i], _ = d.evaluate(ctx, inputs[i], nil)
 					failed = failed || errs[i] != nil
 				}
 			}
@@ -199,54 +199,38 @@ func deniedForLog(inputs []Input, err error) []Decision {
 	return decisions
 }
 
-// evaluate runs the engine and converts its result. The error is returned
-// only for the log; the Decision already reflects it.
-func (d *Decider) evaluate(ctx context.Context, in Input) (Decision, error) {
-	b, err := d.fields.encode(&in)
-	if err != nil {
-		err = fmt.Errorf("encode input: %w", err)
-		return denyForError(in.Action, err), err
-	}
-	return d.evaluateEncoded(ctx, in.Action, b)
-}
-
-// evaluateOnce is evaluate through the Decider's call cache, if it has
-// one; hit reports a decision from the cache.
-func (d *Decider) evaluateOnce(ctx context.Context, in Input) (dec Decision, err error, hit bool) {
-	if d.calls == nil {
-		dec, err = d.evaluate(ctx, in)
-		return dec, err, false
-	}
+// evaluate runs the engine and converts its result, through calls when it
+// is not nil: an input whose reduced encoding calls holds gets that
+// decision without an evaluation (hit), and a decision made without error
+// is kept there. The error is returned only for the log; the Decision
+// already reflects it.
+func (d *Decider) evaluate(ctx context.Context, in Input, calls *callCache) (dec Decision, err error, hit bool) {
 	b, err := d.fields.encode(&in)
 	if err != nil {
 		err = fmt.Errorf("encode input: %w", err)
 		return denyForError(in.Action, err), err, false
 	}
-	key := sha256.Sum256(b)
-	if dec, ok := d.calls.lookup(key); ok {
-		return dec, nil, true
+	var key [32]byte
+	if calls != nil {
+		key = sha256.Sum256(b)
+		if dec, ok := calls.lookup(key); ok {
+			return dec, nil, true
+		}
 	}
-	dec, err = d.evaluateEncoded(ctx, in.Action, b)
-	if err == nil {
-		d.calls.store(key, dec)
-	}
-	return dec, err, false
-}
-
-// evaluateEncoded evaluates input, the encoding of an input reduced to
-// what the policy reads, for action.
-func (d *Decider) evaluateEncoded(ctx context.Context, action Action, input []byte) (Decision, error) {
-	ev, err := d.eval(ctx, input)
+	ev, err := d.eval(ctx, b)
 	if err != nil {
 		err = fmt.Errorf("evaluate %s: %w", Entrypoint, err)
-		return denyForError(action, err), err
+		return denyForError(in.Action, err), err, false
 	}
-	dec, err := decisionFromResult(ev.value)
+	dec, err = decisionFromResult(ev.value)
 	if err != nil {
-		dec = denyForError(action, err)
+		dec = denyForError(in.Action, err)
 	}
 	dec.nondeterministic = ev.nondeterministic
-	return dec, err
+	if calls != nil && err == nil {
+		calls.store(key, dec)
+	}
+	return dec, err, false
 }
 
 // decisionFromResult reads a Decision out of the entry point's value.

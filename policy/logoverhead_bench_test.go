@@ -36,7 +36,7 @@ func BenchmarkDecisionLogOverhead(b *testing.B) {
 			}
 			defer l.Close()
 			d := NewDecider(engine, l)
-			d.calls = nil // every Decide evaluates, as the baseline does
+			d.calls = nil // Decide evaluates every time, as the baseline does
 			in := Input{
 				Action:    ActionToolsCall,
 				Principal: Principal{ID: "alice", Transport: "api", AuthMethod: "none"},
@@ -53,7 +53,7 @@ func BenchmarkDecisionLogOverhead(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				t0 := time.Now()
-				if dec, err := d.evaluate(ctx, in); err != nil || !dec.Allow {
+				if dec, err, _ := d.evaluate(ctx, in, nil); err != nil || !dec.Allow {
 					b.Fatal("denied", err)
 				}
 				t1 := time.Now()
