@@ -76,12 +76,23 @@ func askerServersGateway(t *testing.T, inputs InputRequestsConfig, servers ...Se
 // answers input requests.
 func modernClient(t *testing.T, ctx context.Context, url, token string, opts *mcp.ClientOptions, roots ...string) *mcp.ClientSession {
 	t.Helper()
-	client := mcp.NewClient(&mcp.Implementation{Name: "modern"}, opts)
+	return clientOfEra(t, ctx, modernProtocolVersion, url, token, opts, roots...)
+}
+
+// legacyClient connects a 2025-11-25 client with token, in a session.
+func legacyClient(t *testing.T, ctx context.Context, url, token string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	return clientOfEra(t, ctx, legacyProtocolVersion, url, token, opts)
+}
+
+func clientOfEra(t *testing.T, ctx context.Context, version, url, token string, opts *mcp.ClientOptions, roots ...string) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "client of " + version}, opts)
 	for _, r := range roots {
 		client.AddRoots(&mcp.Root{URI: r})
 	}
 	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer{token}}},
-		&mcp.ClientSessionOptions{ProtocolVersion: modernProtocolVersion})
+		&mcp.ClientSessionOptions{ProtocolVersion: version})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cs.Close() })
 	return cs
@@ -335,11 +346,17 @@ func switchedGateway(t *testing.T, ctx context.Context, inputs InputRequestsConf
 	return g, url, oplog, declog, sw
 }
 
-// acceptAll answers every elicitation of a manual round "accept ok=true".
+// acceptAll answers every request of a manual round: an elicitation
+// "accept ok=true", a sampling request "yes" from "test-model".
 func acceptAll(requests mcp.InputRequestMap) mcp.InputResponseMap {
 	answers := mcp.InputResponseMap{}
-	for k := range requests {
-		answers[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}
+	for k, req := range requests {
+		switch req.(type) {
+		case *mcp.CreateMessageParams, *mcp.CreateMessageWithToolsParams:
+			answers[k] = &mcp.CreateMessageResult{Model: "test-model", Role: "assistant", Content: &mcp.TextContent{Text: "yes"}}
+		default:
+			answers[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}
+		}
 	}
 	return answers
 }
@@ -607,15 +624,12 @@ func TestE2EInputRequestsOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
 	// Meanwhile a 2025-era client's call on the same server is asked its
 	// own question, as a request.
 	var asked []string
-	legacy, err := mcp.NewClient(&mcp.Implementation{Name: "legacy"}, &mcp.ClientOptions{
+	legacy := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{
 		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			asked = append(asked, req.Params.Message)
 			assert.Empty(t, req.Params.Meta, "the gateway's mark does not reach the client")
 			return &mcp.ElicitResult{Action: "decline"}, nil
-		}}).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer{bobToken}}},
-		&mcp.ClientSessionOptions{ProtocolVersion: legacyProtocolVersion})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = legacy.Close() })
+		}})
 	res, err := legacy.CallTool(ctx, &mcp.CallToolParams{Name: "remote__confirm", Arguments: map[string]any{"question": "legacy?"}})
 	require.NoError(t, err)
 	assert.Equal(t, "decline ok=<nil>", text(t, res))

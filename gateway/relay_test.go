@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
@@ -153,6 +152,64 @@ func TestLogMessagesGoToTheCallOfTheirStream(t *testing.T) {
 	assert.Same(t, bob, m.session)
 }
 
+// hearing records the log messages (their data) each client is sent.
+type hearing struct {
+	mu    sync.Mutex
+	heard map[string][]string
+}
+
+// handler records the log messages client who is sent; none may carry
+// the gateway's mark.
+func (h *hearing) handler(t *testing.T, who string) func(context.Context, *mcp.LoggingMessageRequest) {
+	return func(_ context.Context, req *mcp.LoggingMessageRequest) {
+		assert.Empty(t, req.Params.Meta, "the gateway's mark does not reach the client")
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.heard == nil {
+			h.heard = map[string][]string{}
+		}
+		h.heard[who] = append(h.heard[who], fmt.Sprint(req.Params.Data))
+	}
+}
+
+// of is what who has been sent so far.
+func (h *hearing) of(who string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.heard[who])
+}
+
+// await waits until who has been sent n log messages (the client SDK hands
+// them to its handler on a goroutine of its own) and returns them.
+func (h *hearing) await(t *testing.T, who string, n int) []string {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(h.of(who)) >= n }, 5*time.Second, 10*time.Millisecond,
+		"%s hears %d log messages; got %v", who, n, h.of(who))
+	return h.of(who)
+}
+
+// atOnce calls tool as each of callers at once, with data(who) as its text,
+// and requires every call to answer "noted" (the asker's note tool: the
+// server sends each call's log message while all of them are in flight).
+// meta is the _meta of each call (a 2026-07-28 client's log level), if any.
+func atOnce(t *testing.T, ctx context.Context, tool string, callers map[string]*mcp.ClientSession, data func(who string) string, meta func(who string) mcp.Meta) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for who, cs := range callers {
+		params := &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": data(who), "together": len(callers)}}
+		if meta != nil {
+			params.Meta = meta(who)
+		}
+		wg.Go(func() {
+			res, err := cs.CallTool(ctx, params)
+			if assert.NoError(t, err) {
+				assert.Equal(t, "noted", text(t, res))
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall: a streamable-HTTP
 // server of the 2025-11-25 era sends the log messages of a call on that
 // call's response stream, so with two principals' calls in flight on it at
@@ -168,58 +225,31 @@ func TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	var mu sync.Mutex
-	heard := map[string][]string{}
+	var h hearing
 	connect := func(token, who string) *mcp.ClientSession {
 		t.Helper()
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: who}, &mcp.ClientOptions{
-			LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
-				assert.Empty(t, req.Params.Meta, "the gateway's mark does not reach the client")
-				mu.Lock()
-				defer mu.Unlock()
-				heard[who] = append(heard[who], fmt.Sprint(req.Params.Data))
-			}}).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer{token}}},
-			&mcp.ClientSessionOptions{ProtocolVersion: legacyProtocolVersion})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = cs.Close() })
+		cs := legacyClient(t, ctx, url, token, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, who)})
 		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
 		return cs
 	}
-	alice, bob := connect(aliceToken, "alice"), connect(bobToken, "bob")
+	both := map[string]*mcp.ClientSession{"alice": connect(aliceToken, "alice"), "bob": connect(bobToken, "bob")}
 	// together calls tool as alice and bob at once; the server sends each
 	// call's log message while both are in flight.
 	together := func(tool, round string) {
 		t.Helper()
-		var wg sync.WaitGroup
-		for who, cs := range map[string]*mcp.ClientSession{"alice": alice, "bob": bob} {
-			wg.Go(func() {
-				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": who + " " + round, "together": 2}})
-				if assert.NoError(t, err) {
-					assert.Equal(t, "noted", text(t, res))
-				}
-			})
-		}
-		wg.Wait()
-	}
-	heardNow := func(who string) []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(heard[who])
+		atOnce(t, ctx, tool, both, func(who string) string { return who + " " + round }, nil)
 	}
 
 	together("local__note", "over stdio")
 	together("remote__note", "over HTTP")
-	require.Eventually(t, func() bool { return len(heardNow("alice")) > 0 && len(heardNow("bob")) > 0 },
-		5*time.Second, 10*time.Millisecond, "each client hears its own call")
 	// A log message misrouted or let through over stdio would have come
 	// before these.
-	assert.Equal(t, []string{"alice over HTTP"}, heardNow("alice"))
-	assert.Equal(t, []string{"bob over HTTP"}, heardNow("bob"))
+	assert.Equal(t, []string{"alice over HTTP"}, h.await(t, "alice", 1), "each client hears its own call")
+	assert.Equal(t, []string{"bob over HTTP"}, h.await(t, "bob", 1))
 
 	// Each client's level still filters what it is sent.
-	require.NoError(t, bob.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "error"}))
+	require.NoError(t, both["bob"].SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "error"}))
 	together("remote__note", "again")
-	require.Eventually(t, func() bool { return len(heardNow("alice")) == 2 }, 5*time.Second, 10*time.Millisecond)
-	assert.Equal(t, []string{"alice over HTTP", "alice again"}, heardNow("alice"))
-	assert.Equal(t, []string{"bob over HTTP"}, heardNow("bob"))
+	assert.Equal(t, []string{"alice over HTTP", "alice again"}, h.await(t, "alice", 2))
+	assert.Equal(t, []string{"bob over HTTP"}, h.of("bob"))
 }

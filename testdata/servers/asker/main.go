@@ -1,5 +1,6 @@
 // Command asker is an MCP server of the 2025-11-25 era only (it
-// refuses server/discover, as the official TypeScript servers do) that asks
+// refuses server/discover, as the official TypeScript servers do; see
+// -modern) that asks
 // its client for input while serving a call, for tests of the gateway's
 // bridging of such requests to 2026-07-28 clients (input_required results):
 //
@@ -11,11 +12,15 @@
 //   - roots: sends roots/list and answers with the root URIs, one per line.
 //   - roots_changes: answers with how many notifications/roots/list_changed
 //     it has received.
-//   - progress: with a progress token, notifies progress "before", elicits
-//     "go on?", and notifies "after" once answered; 300ms into the wait it
-//     notifies "while waiting", pings the client (so that the client has
-//     read the notification) and writes "progress sent while waiting" to
-//     stderr. It answers as confirm does.
+//   - progress {"tag", "ask"}: notifies "before", elicits "go on?" (or,
+//     with ask "sample", samples "go on?"), and notifies "after" once
+//     answered; 300ms into the wait it notifies "while waiting", pings the
+//     client (so that the client has read the notification) and writes
+//     "progress sent while waiting" to stderr. It answers as confirm (or
+//     sample) does. To notify is to send, in this order, progress (with a
+//     progress token; message "<tag> <phase>", or "<phase>" without a tag),
+//     a log message of level info with data "<tag> <phase>" and one of
+//     level debug with data "<tag> <phase> (debug)" (logger "asker").
 //   - note {"text", "together"}: waits until `together` note calls are in
 //     flight at once, sends the log message text (level info, logger
 //     "asker") on its call, waits until each of them has sent its own, and
@@ -27,7 +32,10 @@
 // elicits "reveal the secret?" and reads "secret: <action> ok=<value>".
 //
 // With -http ADDRESS it serves streamable HTTP (stateful, 2025-11-25)
-// there instead of stdio.
+// there instead of stdio. With -modern it also speaks 2026-07-28 (it
+// answers server/discover); its tools that ask for input are then of no
+// use to a 2026-07-28 request, which may not be sent requests, but note
+// and progress's notifications are.
 //
 // A request cancelled while it waits for the client writes "<tool, prompt
 // or resource> cancelled" to stderr; every
@@ -91,6 +99,21 @@ func confirm(ctx context.Context, ss *mcp.ServerSession, question string) (strin
 	return fmt.Sprintf("%s ok=%v", res.Action, res.Content["ok"]), nil
 }
 
+// sample asks the client to sample prompt and answers "<model>: <text>".
+func sample(ctx context.Context, ss *mcp.ServerSession, prompt string) (string, error) {
+	res, err := ss.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 50, Messages: []*mcp.SamplingMessage{
+		{Role: "user", Content: &mcp.TextContent{Text: prompt}},
+	}})
+	if err != nil {
+		return "", err
+	}
+	text, _ := res.Content.(*mcp.TextContent)
+	if text == nil {
+		return res.Model + ": (no text)", nil
+	}
+	return res.Model + ": " + text.Text, nil
+}
+
 // meeting holds calls until a number of them have come.
 type meeting struct {
 	mu   sync.Mutex
@@ -125,6 +148,7 @@ func (m *meeting) meet(ctx context.Context, of int) error {
 
 func main() {
 	addr := flag.String("http", "", "serve streamable HTTP (2025-11-25) at `address` instead of stdio")
+	modern := flag.Bool("modern", false, "speak 2026-07-28 too")
 	flag.Parse()
 	log.SetFlags(0)
 	var rootsChanges atomic.Int32
@@ -136,10 +160,11 @@ func main() {
 			log.Printf("roots changed")
 		},
 	})
-	// Only the legacy era: the gateway's 2026-07-28 probe must fail.
+	// Only the legacy era, unless -modern: the gateway's 2026-07-28 probe
+	// must fail.
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if method == "server/discover" {
+			if method == "server/discover" && !*modern {
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found"}
 			}
 			return next(ctx, method, req)
@@ -166,17 +191,11 @@ func main() {
 	})
 	s.AddTool(&mcp.Tool{Name: "sample", InputSchema: json.RawMessage(`{"type":"object","properties":{"prompt":{"type":"string"}}}`)},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 50, Messages: []*mcp.SamplingMessage{
-				{Role: "user", Content: &mcp.TextContent{Text: argument(req, "prompt")}},
-			}})
+			answer, err := sample(ctx, req.Session, argument(req, "prompt"))
 			if err != nil {
 				return failed(ctx, "sample", err), nil
 			}
-			text, _ := res.Content.(*mcp.TextContent)
-			if text == nil {
-				return done(res.Model + ": (no text)"), nil
-			}
-			return done(res.Model + ": " + text.Text), nil
+			return done(answer), nil
 		})
 	s.AddTool(&mcp.Tool{Name: "roots", InputSchema: object}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := req.Session.ListRoots(ctx, nil)
@@ -192,35 +211,46 @@ func main() {
 	s.AddTool(&mcp.Tool{Name: "roots_changes", InputSchema: object}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return done(fmt.Sprint(rootsChanges.Load())), nil
 	})
-	s.AddTool(&mcp.Tool{Name: "progress", InputSchema: object}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		token := req.Params.GetProgressToken()
-		notify := func(progress float64, msg string) {
-			if token != nil {
-				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: progress, Message: msg})
+	s.AddTool(&mcp.Tool{Name: "progress", InputSchema: json.RawMessage(`{"type":"object","properties":{"tag":{"type":"string"},"ask":{"type":"string"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			token := req.Params.GetProgressToken()
+			tag := argument(req, "tag")
+			notify := func(progress float64, phase string) {
+				msg := strings.TrimSpace(tag + " " + phase)
+				if token != nil {
+					_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: progress, Message: msg})
+				}
+				_ = req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: "asker", Data: msg})
+				_ = req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "debug", Logger: "asker", Data: msg + " (debug)"})
 			}
-		}
-		notify(1, "before")
-		answered := make(chan struct{})
-		waited := make(chan struct{})
-		go func() {
-			defer close(waited)
-			select {
-			case <-time.After(300 * time.Millisecond):
-				notify(2, "while waiting")
-				_ = req.Session.Ping(ctx, nil)
-				log.Printf("progress sent while waiting")
-			case <-answered:
+			notify(1, "before")
+			answered := make(chan struct{})
+			waited := make(chan struct{})
+			go func() {
+				defer close(waited)
+				select {
+				case <-time.After(300 * time.Millisecond):
+					notify(2, "while waiting")
+					_ = req.Session.Ping(ctx, nil)
+					log.Printf("progress sent while waiting")
+				case <-answered:
+				}
+			}()
+			var answer string
+			var err error
+			if argument(req, "ask") == "sample" {
+				answer, err = sample(ctx, req.Session, "go on?")
+			} else {
+				answer, err = confirm(ctx, req.Session, "go on?")
 			}
-		}()
-		answer, err := confirm(ctx, req.Session, "go on?")
-		close(answered)
-		<-waited
-		if err != nil {
-			return failed(ctx, "progress", err), nil
-		}
-		notify(3, "after")
-		return done(answer), nil
-	})
+			close(answered)
+			<-waited
+			if err != nil {
+				return failed(ctx, "progress", err), nil
+			}
+			notify(3, "after")
+			return done(answer), nil
+		})
 	var inFlight, logged meeting
 	s.AddTool(&mcp.Tool{Name: "note", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"},"together":{"type":"integer"}}}`)},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
