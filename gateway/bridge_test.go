@@ -506,6 +506,95 @@ func TestE2EProgressOfABridgedCallReachesTheCurrentRound(t *testing.T) {
 	assert.Equal(t, []string{"round-1: before", "round-2: after"}, received())
 }
 
+// TestE2ELogMessagesOfABridgedCallReachTheirRound: the log messages a
+// 2025-era server sends during a 2026-07-28 client's bridged call reach
+// that client's request of the round they were sent in, at that request's
+// log level, before and after the server's elicitation or sampling
+// request; one sent while the call waits for the client's retry is
+// dropped. Over streamable HTTP two principals' bridged calls are held at
+// once and each hears only its own; over stdio one client's call is heard
+// while another client is connected, and while two clients' calls are in
+// flight there the server's messages say nothing of whose they are: the
+// second client's sampling request is refused and its log messages
+// dropped.
+func TestE2ELogMessagesOfABridgedCallReachTheirRound(t *testing.T) {
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	var remoteStderr testenv.Buffer
+	remote := startOnFreePort(t, func(addr string) *exec.Cmd {
+		cmd := exec.Command(asker, "-http", addr)
+		cmd.Stderr = &remoteStderr
+		return cmd
+	})
+	g, url, oplog, _ := askerServersGateway(t, InputRequestsConfig{},
+		ServerConfig{Name: "remote", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true},
+		ServerConfig{Name: "local", Command: asker})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var h hearing
+	connect := func(token, who string) *mcp.ClientSession {
+		return modernClient(t, ctx, url, token, &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+			ElicitationHandler:    func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil },
+			CreateMessageHandler:  func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) { return nil, nil },
+			LoggingMessageHandler: h.handler(t, who)})
+	}
+	alice, bob := connect(aliceToken, "alice"), connect(bobToken, "bob")
+	// round calls tool as cs with the log level given in its _meta; the
+	// first round (no state) must ask for input, a retry answers it.
+	round := func(cs *mcp.ClientSession, tool string, args map[string]any, level string, prev *mcp.CallToolResult) *mcp.CallToolResult {
+		t.Helper()
+		params := &mcp.CallToolParams{Name: tool, Arguments: args, Meta: mcp.Meta{mcp.MetaKeyLogLevel: level}}
+		if prev != nil {
+			params.InputResponses, params.RequestState = acceptAll(prev.InputRequests), prev.RequestState
+		}
+		res, err := cs.CallTool(ctx, params)
+		require.NoError(t, err)
+		require.Equal(t, prev == nil, res.NeedsInput(), "%+v", res.Content)
+		return res
+	}
+	// A first round at level debug hears both of "before"; a retry at
+	// level info hears only the info one of "after": each message reaches
+	// a request at the level of the round it was sent in.
+	heardBeforeAndAfter := func(tag string) []string {
+		return []string{tag + " before", tag + " before (debug)", tag + " after"}
+	}
+
+	// Over HTTP: alice's call (elicitation) and bob's (sampling) are held
+	// on the server at once, and both have sent "while waiting" while held.
+	alices := round(alice, "remote__progress", map[string]any{"tag": "alice", "ask": "elicit"}, "debug", nil)
+	bobs := round(bob, "remote__progress", map[string]any{"tag": "bob", "ask": "sample"}, "debug", nil)
+	assert.Equal(t, 2, g.inputs.heldCount())
+	require.Eventually(t, func() bool { return strings.Count(remoteStderr.String(), "progress sent while waiting") == 2 },
+		15*time.Second, 10*time.Millisecond, remoteStderr.String())
+	assert.Equal(t, "test-model: yes", text(t, round(bob, "remote__progress", map[string]any{"tag": "bob", "ask": "sample"}, "info", bobs)))
+	assert.Equal(t, "accept ok=true", text(t, round(alice, "remote__progress", map[string]any{"tag": "alice", "ask": "elicit"}, "info", alices)))
+	assert.ElementsMatch(t, heardBeforeAndAfter("alice"), h.await(t, "alice", 3))
+	assert.ElementsMatch(t, heardBeforeAndAfter("bob"), h.await(t, "bob", 3))
+
+	// Over stdio, alice's call alone: bob, connected, hears nothing of it.
+	args := map[string]any{"tag": "alice over stdio", "ask": "elicit"}
+	alices = round(alice, "local__progress", args, "debug", nil)
+	waitLine(t, oplog, "progress sent while waiting")
+	assert.Equal(t, "accept ok=true", text(t, round(alice, "local__progress", args, "info", alices)))
+	assert.ElementsMatch(t, append(heardBeforeAndAfter("alice"), heardBeforeAndAfter("alice over stdio")...), h.await(t, "alice", 6))
+
+	// Over stdio, bob calls while alice's call is held: bob's sampling
+	// request is refused and his "before" dropped (either could be
+	// alice's); alice's "after", sent when hers is the only call again,
+	// reaches her.
+	args = map[string]any{"tag": "alice held", "ask": "elicit"}
+	alices = round(alice, "local__progress", args, "debug", nil)
+	res, err := bob.CallTool(ctx, &mcp.CallToolParams{Name: "local__progress", Arguments: map[string]any{"tag": "bob over stdio", "ask": "sample"},
+		Meta: mcp.Meta{mcp.MetaKeyLogLevel: "debug"}})
+	require.NoError(t, err)
+	require.False(t, res.NeedsInput())
+	assert.Contains(t, text(t, res), "no single client request in flight")
+	assert.Equal(t, "accept ok=true", text(t, round(alice, "local__progress", args, "info", alices)))
+	assert.ElementsMatch(t, append(append(heardBeforeAndAfter("alice"), heardBeforeAndAfter("alice over stdio")...), heardBeforeAndAfter("alice held")...),
+		h.await(t, "alice", 9))
+	assert.ElementsMatch(t, heardBeforeAndAfter("bob"), h.of("bob"), "bob heard nothing over stdio")
+	require.Eventually(t, func() bool { return g.inputs.heldCount() == 0 }, 5*time.Second, 10*time.Millisecond)
+}
+
 // TestE2EHeldPromptsAndReadsAreBounded: prompts/get and resources/read
 // count against the same per-principal limit of held calls as tools/call,
 // across methods and servers: a principal at its limit is refused at the
