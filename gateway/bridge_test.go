@@ -45,7 +45,8 @@ func askerGateway(t *testing.T, inputs InputRequestsConfig, names ...string) (g 
 }
 
 // askerServersGateway is askerGateway for the asker fixture as each of
-// servers (over stdio or HTTP), everything of theirs allowed.
+// servers (over stdio or HTTP), everything of theirs allowed. A server
+// named "modern…" must be the fixture run with -modern.
 func askerServersGateway(t *testing.T, inputs InputRequestsConfig, servers ...ServerConfig) (g *Gateway, url string, oplog *testenv.Buffer, declog *decisionLog) {
 	t.Helper()
 	key := func(id, token string) APIKeyConfig {
@@ -65,7 +66,9 @@ func askerServersGateway(t *testing.T, inputs InputRequestsConfig, servers ...Se
 	oplog = &testenv.Buffer{}
 	g, declog = startGateway(t, cfg, WithLogger(slog.New(slog.NewTextHandler(oplog, nil))))
 	for _, u := range g.upstreams {
-		require.Nil(t, u.modern, "the fixture must speak only the legacy era")
+		// The fixture speaks only the legacy era, unless run with -modern
+		// (as servers named "modern…" are).
+		require.Equal(t, strings.HasPrefix(u.cfg.Name, "modern"), u.modern != nil, "server %q: a 2026-07-28 link\n%s", u.cfg.Name, oplog.String())
 	}
 	srv := httptest.NewServer(g.HTTPHandler(policy.Principal{}))
 	t.Cleanup(srv.Close)

@@ -253,3 +253,55 @@ func TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
 	assert.Equal(t, []string{"alice over HTTP", "alice again"}, h.await(t, "alice", 2))
 	assert.Equal(t, []string{"bob over HTTP"}, h.of("bob"))
 }
+
+// TestE2ELogMessagesOfAModernHTTPServerReachTheirOwnCall: a streamable-HTTP
+// server that speaks 2026-07-28 (linked twice, once per era) sends a
+// call's log messages on that call's response stream in either era, so
+// with two principals' calls in flight on it at once each client receives
+// its own call's log message, at its own level: two 2026-07-28 clients
+// (their calls over the modern link, their level in each request's _meta),
+// and a 2026-07-28 client beside a 2025-11-25 one (whose call goes over
+// the legacy link).
+func TestE2ELogMessagesOfAModernHTTPServerReachTheirOwnCall(t *testing.T) {
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	remote := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-http", addr, "-modern") })
+	_, url, _, _ := askerServersGateway(t, InputRequestsConfig{},
+		ServerConfig{Name: "modern", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var h hearing
+	modern := func(token, who string) *mcp.ClientSession {
+		return modernClient(t, ctx, url, token, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, who)})
+	}
+	alice, bob := modern(aliceToken, "alice"), modern(bobToken, "bob")
+	carol := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "carol")})
+	require.NoError(t, carol.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
+	levels := map[string]mcp.LoggingLevel{"alice": "info", "bob": "info"}
+	level := func(who string) mcp.Meta {
+		if levels[who] == "" {
+			return nil
+		}
+		return mcp.Meta{mcp.MetaKeyLogLevel: levels[who]}
+	}
+	together := func(round string, callers map[string]*mcp.ClientSession) {
+		t.Helper()
+		atOnce(t, ctx, "note", callers, func(who string) string { return who + " " + round }, level)
+	}
+
+	together("modern", map[string]*mcp.ClientSession{"alice": alice, "bob": bob})
+	assert.Equal(t, []string{"alice modern"}, h.await(t, "alice", 1), "each client hears its own call")
+	assert.Equal(t, []string{"bob modern"}, h.await(t, "bob", 1))
+
+	together("across eras", map[string]*mcp.ClientSession{"alice": alice, "carol": carol})
+	assert.Equal(t, []string{"alice modern", "alice across eras"}, h.await(t, "alice", 2))
+	assert.Equal(t, []string{"carol across eras"}, h.await(t, "carol", 1))
+
+	// A request's level filters what its client is sent; without one it is
+	// sent none (the server's own rule for 2026-07-28 requests).
+	levels["bob"], levels["alice"] = "error", ""
+	together("filtered", map[string]*mcp.ClientSession{"alice": alice, "bob": bob, "carol": carol})
+	assert.Equal(t, []string{"carol across eras", "carol filtered"}, h.await(t, "carol", 2))
+	assert.Equal(t, []string{"alice modern", "alice across eras"}, h.of("alice"))
+	assert.Equal(t, []string{"bob modern"}, h.of("bob"))
+}

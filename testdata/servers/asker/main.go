@@ -33,9 +33,10 @@
 //
 // With -http ADDRESS it serves streamable HTTP (stateful, 2025-11-25)
 // there instead of stdio. With -modern it also speaks 2026-07-28 (it
-// answers server/discover); its tools that ask for input are then of no
-// use to a 2026-07-28 request, which may not be sent requests, but note
-// and progress's notifications are.
+// answers server/discover) and serves HTTP statelessly, as the go-sdk
+// serves that era only so: its requests for input then fail in either era
+// (a stateless server cannot send requests), but note's log messages,
+// sent on the response stream of their call, go through in both.
 //
 // A request cancelled while it waits for the client writes "<tool, prompt
 // or resource> cancelled" to stderr; every
@@ -148,7 +149,7 @@ func (m *meeting) meet(ctx context.Context, of int) error {
 
 func main() {
 	addr := flag.String("http", "", "serve streamable HTTP (2025-11-25) at `address` instead of stdio")
-	modern := flag.Bool("modern", false, "speak 2026-07-28 too")
+	modern := flag.Bool("modern", false, "speak 2026-07-28 too (HTTP: statelessly)")
 	flag.Parse()
 	log.SetFlags(0)
 	var rootsChanges atomic.Int32
@@ -289,9 +290,10 @@ func main() {
 			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "secret: " + answer}}}, nil
 		})
 	if *addr != "" {
-		// Stateful: sessions, and requests to the client on the stream of
-		// the call they serve.
-		log.Fatal(http.ListenAndServe(*addr, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)))
+		// Stateful (unless -modern): sessions, and requests to the client
+		// on the stream of the call they serve.
+		log.Fatal(http.ListenAndServe(*addr, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+			&mcp.StreamableHTTPOptions{Stateless: *modern})))
 	}
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		log.Fatal(err)
