@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -304,4 +305,76 @@ func TestE2ELogMessagesOfAModernHTTPServerReachTheirOwnCall(t *testing.T) {
 	assert.Equal(t, []string{"carol across eras", "carol filtered"}, h.await(t, "carol", 2))
 	assert.Equal(t, []string{"alice modern", "alice across eras"}, h.of("alice"))
 	assert.Equal(t, []string{"bob modern"}, h.of("bob"))
+}
+
+// TestE2ESingleCallerRuleOnStdioAndSSEServers: a stdio or HTTP+SSE server's
+// requests and log messages say nothing of the call they are for, so
+// they reach a client only while every call in flight on that server is
+// that client's: with one client's call in flight its elicitation and log
+// messages reach it; with two clients' calls in flight the server's
+// sampling request is refused and the log messages of both calls are
+// dropped, rather than shown to a client whose they may not be.
+func TestE2ESingleCallerRuleOnStdioAndSSEServers(t *testing.T) {
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	sse := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-sse", addr) })
+	_, url, _, _ := askerServersGateway(t, InputRequestsConfig{},
+		ServerConfig{Name: "sse", URL: "http://" + sse + "/", Transport: RemoteSSE, AllowPrivateNetwork: true},
+		ServerConfig{Name: "stdio", Command: asker})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var h hearing
+	asked := make(chan string, 1)
+	release := make(chan struct{})
+	alice := legacyClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "alice"),
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked <- req.Params.Message
+			select { // alice's call stays in flight meanwhile
+			case <-release:
+			case <-ctx.Done():
+			}
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+		}})
+	bob := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "bob"),
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			t.Error("bob is asked to sample while alice's call is in flight on the same server")
+			return nil, errors.New("unexpected")
+		}})
+	for _, cs := range []*mcp.ClientSession{alice, bob} {
+		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
+	}
+	both := map[string]*mcp.ClientSession{"alice": alice, "bob": bob}
+
+	heard := 0
+	for _, server := range []string{"stdio", "sse"} {
+		// One client in flight: its log message and elicitation reach it.
+		atOnce(t, ctx, server+"__note", map[string]*mcp.ClientSession{"alice": alice}, func(string) string { return "alone on " + server }, nil)
+		heard++
+		assert.Equal(t, "alone on "+server, h.await(t, "alice", heard)[heard-1])
+		confirmed := make(chan string, 1)
+		go func() {
+			res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: server + "__confirm", Arguments: map[string]any{"question": "alice on " + server + "?"}})
+			if assert.NoError(t, err) {
+				confirmed <- text(t, res)
+			}
+			close(confirmed)
+		}()
+		assert.Equal(t, "alice on "+server+"?", <-asked)
+
+		// Alice's call is in flight (waiting for her answer): bob's call
+		// has its sampling request refused.
+		res, err := bob.CallTool(ctx, &mcp.CallToolParams{Name: server + "__sample", Arguments: map[string]any{"prompt": "bob?"}})
+		require.NoError(t, err)
+		assert.Contains(t, text(t, res), "no single client request in flight")
+		release <- struct{}{}
+		assert.Equal(t, "accept ok=true", <-confirmed)
+
+		// Two clients in flight: both log messages are dropped.
+		atOnce(t, ctx, server+"__note", both, func(who string) string { return who + " together on " + server }, nil)
+	}
+	// A log message let through while both were in flight would have come
+	// before the last ones.
+	atOnce(t, ctx, "stdio__note", map[string]*mcp.ClientSession{"bob": bob}, func(string) string { return "bob alone" }, nil)
+	assert.Equal(t, []string{"bob alone"}, h.await(t, "bob", 1))
+	assert.Equal(t, []string{"alone on stdio", "alone on sse"}, h.of("alice"))
 }

@@ -32,7 +32,8 @@
 // elicits "reveal the secret?" and reads "secret: <action> ok=<value>".
 //
 // With -http ADDRESS it serves streamable HTTP (stateful, 2025-11-25)
-// there instead of stdio. With -modern it also speaks 2026-07-28 (it
+// there instead of stdio; with -sse ADDRESS it serves the deprecated
+// HTTP+SSE transport there. With -modern it also speaks 2026-07-28 (it
 // answers server/discover) and serves HTTP statelessly, as the go-sdk
 // serves that era only so: its requests for input then fail in either era
 // (a stateless server cannot send requests), but note's log messages,
@@ -149,6 +150,7 @@ func (m *meeting) meet(ctx context.Context, of int) error {
 
 func main() {
 	addr := flag.String("http", "", "serve streamable HTTP (2025-11-25) at `address` instead of stdio")
+	sseAddr := flag.String("sse", "", "serve the deprecated HTTP+SSE transport at `address` instead of stdio")
 	modern := flag.Bool("modern", false, "speak 2026-07-28 too (HTTP: statelessly)")
 	flag.Parse()
 	log.SetFlags(0)
@@ -289,6 +291,9 @@ func main() {
 			}
 			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "secret: " + answer}}}, nil
 		})
+	if *sseAddr != "" {
+		log.Fatal(http.ListenAndServe(*sseAddr, mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil)))
+	}
 	if *addr != "" {
 		// Stateful (unless -modern): sessions, and requests to the client
 		// on the stream of the call they serve.
