@@ -298,8 +298,8 @@ func TestE2ELogMessagesOfAModernHTTPServerReachTheirOwnCall(t *testing.T) {
 	assert.Equal(t, []string{"alice modern", "alice across eras"}, h.await(t, "alice", 2))
 	assert.Equal(t, []string{"carol across eras"}, h.await(t, "carol", 1))
 
-	// A request's level filters what its client is sent; without one it is
-	// sent none (the server's own rule for 2026-07-28 requests).
+	// A request's level filters what its client is sent; without one a
+	// go-sdk server sends none.
 	levels["bob"], levels["alice"] = "error", ""
 	together("filtered", map[string]*mcp.ClientSession{"alice": alice, "bob": bob, "carol": carol})
 	assert.Equal(t, []string{"carol across eras", "carol filtered"}, h.await(t, "carol", 2))
