@@ -793,6 +793,32 @@ func TestE2ETypeScriptClientCompletesABridgedCall(t *testing.T) {
 	require.Eventually(t, func() bool { return g.inputs.heldCount() == 0 }, 5*time.Second, 10*time.Millisecond)
 }
 
+// TestBridgedCallsFirstRoundIsCurrentFromTheStart: what a server sends as
+// soon as a bridged call starts (a log message, progress) goes to the
+// first round even when it is read before that round begins waiting for
+// the server (here the server call runs to its end before). It used to be
+// dropped, as if the call were parked, whenever the round's goroutine lagged.
+func TestBridgedCallsFirstRoundIsCurrentFromTheStart(t *testing.T) {
+	b := newInputBridge(InputRequestsConfig{}, slog.New(slog.DiscardHandler))
+	first := &mcp.ServerSession{}
+	ctx := context.WithValue(context.Background(), requestMetaKey{}, requestMeta{session: first, modern: true, requestID: "1"})
+	var round requestMeta
+	var current bool
+	res, asked, _, err := b.call(ctx, policy.Principal{ID: "alice"}, bridgedRequest{method: "tools/call", name: "t"}, &relayedCounter{},
+		func(serverCall func()) bool { serverCall(); return true },
+		func(ctx context.Context) (mcp.Result, error) {
+			// Where the relay sends what the server notifies now.
+			round, current = requestMetaFrom(ctx).now()
+			return &mcp.CallToolResult{}, nil
+		})
+	require.NoError(t, err)
+	assert.Nil(t, asked)
+	assert.NotNil(t, res)
+	require.True(t, current, "the first round is current from the start")
+	assert.Same(t, first, round.session)
+	assert.Zero(t, b.heldCount())
+}
+
 // TestCompleteResultKeepsEverything: a result marked complete for a
 // 2026-07-28 client says so on the wire and keeps everything else it had;
 // the SDK's result types have no unexported field the copy would lose.

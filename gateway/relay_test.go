@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -192,12 +193,16 @@ func (h *hearing) await(t *testing.T, who string, n int) []string {
 // atOnce calls tool as each of callers at once, with data(who) as its text,
 // and requires every call to answer "noted" (the asker's note tool: the
 // server sends each call's log message while all of them are in flight).
-// meta is the _meta of each call (a 2026-07-28 client's log level), if any.
-func atOnce(t *testing.T, ctx context.Context, tool string, callers map[string]*mcp.ClientSession, data func(who string) string, meta func(who string) mcp.Meta) {
+// meta is the _meta of each call (a 2026-07-28 client's log level), if
+// any; more are arguments every call is given besides.
+func atOnce(t *testing.T, ctx context.Context, tool string, callers map[string]*mcp.ClientSession, data func(who string) string,
+	meta func(who string) mcp.Meta, more map[string]any) {
 	t.Helper()
 	var wg sync.WaitGroup
 	for who, cs := range callers {
-		params := &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": data(who), "together": len(callers)}}
+		args := map[string]any{"text": data(who), "together": len(callers)}
+		maps.Copy(args, more)
+		params := &mcp.CallToolParams{Name: tool, Arguments: args}
 		if meta != nil {
 			params.Meta = meta(who)
 		}
@@ -216,7 +221,9 @@ func atOnce(t *testing.T, ctx context.Context, tool string, callers map[string]*
 // call's response stream, so with two principals' calls in flight on it at
 // once, each client receives its own call's log message, without the
 // gateway's mark, and at its own level; the same calls on a stdio server,
-// whose log messages say nothing of their call, have theirs dropped.
+// whose log messages say nothing of their call, have theirs dropped, as do
+// the calls whose HTTP server sends their log messages on its standalone
+// GET stream, unless one client's calls are all that is in flight.
 func TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
 	asker := testenv.BuildGo(t, "./testdata/servers/asker")
 	remote := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-http", addr) })
@@ -238,7 +245,7 @@ func TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
 	// call's log message while both are in flight.
 	together := func(tool, round string) {
 		t.Helper()
-		atOnce(t, ctx, tool, both, func(who string) string { return who + " " + round }, nil)
+		atOnce(t, ctx, tool, both, func(who string) string { return who + " " + round }, nil, nil)
 	}
 
 	together("local__note", "over stdio")
@@ -252,6 +259,16 @@ func TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
 	require.NoError(t, both["bob"].SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "error"}))
 	together("remote__note", "again")
 	assert.Equal(t, []string{"alice over HTTP", "alice again"}, h.await(t, "alice", 2))
+	assert.Equal(t, []string{"bob over HTTP"}, h.of("bob"))
+
+	// Sent on the standalone GET stream, a log message says nothing of its
+	// call: with both clients' calls in flight it is dropped, with alice's
+	// alone it reaches her.
+	require.NoError(t, both["bob"].SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
+	aside := map[string]any{"aside": true}
+	atOnce(t, ctx, "remote__note", both, func(who string) string { return who + " aside" }, nil, aside)
+	atOnce(t, ctx, "remote__note", map[string]*mcp.ClientSession{"alice": both["alice"]}, func(string) string { return "alice alone aside" }, nil, aside)
+	assert.Equal(t, []string{"alice over HTTP", "alice again", "alice alone aside"}, h.await(t, "alice", 3))
 	assert.Equal(t, []string{"bob over HTTP"}, h.of("bob"))
 }
 
@@ -287,7 +304,7 @@ func TestE2ELogMessagesOfAModernHTTPServerReachTheirOwnCall(t *testing.T) {
 	}
 	together := func(round string, callers map[string]*mcp.ClientSession) {
 		t.Helper()
-		atOnce(t, ctx, "note", callers, func(who string) string { return who + " " + round }, level)
+		atOnce(t, ctx, "note", callers, func(who string) string { return who + " " + round }, level, nil)
 	}
 
 	together("modern", map[string]*mcp.ClientSession{"alice": alice, "bob": bob})
@@ -348,7 +365,7 @@ func TestE2ESingleCallerRuleOnStdioAndSSEServers(t *testing.T) {
 	heard := 0
 	for _, server := range []string{"stdio", "sse"} {
 		// One client in flight: its log message and elicitation reach it.
-		atOnce(t, ctx, server+"__note", map[string]*mcp.ClientSession{"alice": alice}, func(string) string { return "alone on " + server }, nil)
+		atOnce(t, ctx, server+"__note", map[string]*mcp.ClientSession{"alice": alice}, func(string) string { return "alone on " + server }, nil, nil)
 		heard++
 		assert.Equal(t, "alone on "+server, h.await(t, "alice", heard)[heard-1])
 		confirmed := make(chan string, 1)
@@ -370,11 +387,11 @@ func TestE2ESingleCallerRuleOnStdioAndSSEServers(t *testing.T) {
 		assert.Equal(t, "accept ok=true", <-confirmed)
 
 		// Two clients in flight: both log messages are dropped.
-		atOnce(t, ctx, server+"__note", both, func(who string) string { return who + " together on " + server }, nil)
+		atOnce(t, ctx, server+"__note", both, func(who string) string { return who + " together on " + server }, nil, nil)
 	}
 	// A log message let through while both were in flight would have come
 	// before the last ones.
-	atOnce(t, ctx, "stdio__note", map[string]*mcp.ClientSession{"bob": bob}, func(string) string { return "bob alone" }, nil)
+	atOnce(t, ctx, "stdio__note", map[string]*mcp.ClientSession{"bob": bob}, func(string) string { return "bob alone" }, nil, nil)
 	assert.Equal(t, []string{"bob alone"}, h.await(t, "bob", 1))
 	assert.Equal(t, []string{"alone on stdio", "alone on sse"}, h.of("alice"))
 }

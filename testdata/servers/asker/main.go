@@ -21,11 +21,14 @@
 //     progress token; message "<tag> <phase>", or "<phase>" without a tag),
 //     a log message of level info with data "<tag> <phase>" and one of
 //     level debug with data "<tag> <phase> (debug)" (logger "asker").
-//   - note {"text", "together"}: waits until `together` note calls are in
-//     flight at once, sends the log message text (level info, logger
+//   - note {"text", "together", "aside"}: waits until `together` note calls
+//     are in flight at once, sends the log message text (level info, logger
 //     "asker") on its call, waits until each of them has sent its own, and
 //     answers "noted". So every log message is sent while all those calls
-//     are in flight.
+//     are in flight. With aside, the message is sent outside any call (over
+//     streamable HTTP: on the standalone GET stream) and followed by a ping
+//     on the same stream, so that the client has read it before the call
+//     answers.
 //
 // The prompt approval {"question"} elicits its question and answers with
 // one user message "<action> ok=<value>"; the resource asker://secret
@@ -255,18 +258,30 @@ func main() {
 			return done(answer), nil
 		})
 	var inFlight, logged meeting
-	s.AddTool(&mcp.Tool{Name: "note", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"},"together":{"type":"integer"}}}`)},
+	s.AddTool(&mcp.Tool{Name: "note", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"},"together":{"type":"integer"},"aside":{"type":"boolean"}}}`)},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var args struct {
 				Text     string
 				Together int
+				Aside    bool
 			}
 			_ = json.Unmarshal(req.Params.Arguments, &args)
 			if err := inFlight.meet(ctx, args.Together); err != nil {
 				return failed(ctx, "note", err), nil
 			}
-			if err := req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: "asker", Data: args.Text}); err != nil {
+			on := ctx
+			if args.Aside { // no request's context: the SDK sends it on no call's stream
+				var cancel context.CancelFunc
+				on, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+			}
+			if err := req.Session.Log(on, &mcp.LoggingMessageParams{Level: "info", Logger: "asker", Data: args.Text}); err != nil {
 				return done("error: " + err.Error()), nil
+			}
+			if args.Aside {
+				if err := req.Session.Ping(on, nil); err != nil {
+					return done("error: " + err.Error()), nil
+				}
 			}
 			if err := logged.meet(ctx, args.Together); err != nil {
 				return failed(ctx, "note", err), nil
