@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -73,6 +74,22 @@ func askerServersGateway(t *testing.T, inputs InputRequestsConfig, servers ...Se
 	srv := httptest.NewServer(g.HTTPHandler(policy.Principal{}))
 	t.Cleanup(srv.Close)
 	return g, srv.URL, oplog, declog
+}
+
+// askerRemoteAndLocal is askerServersGateway for the asker fixture twice:
+// as "remote", a streamable-HTTP server of the 2025-11-25 era (its stderr
+// to remoteStderr, if not nil), and as "local", over stdio.
+func askerRemoteAndLocal(t *testing.T, remoteStderr io.Writer) (g *Gateway, url string, oplog *testenv.Buffer, declog *decisionLog) {
+	t.Helper()
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	remote := startOnFreePort(t, func(addr string) *exec.Cmd {
+		cmd := exec.Command(asker, "-http", addr)
+		cmd.Stderr = remoteStderr
+		return cmd
+	})
+	return askerServersGateway(t, InputRequestsConfig{},
+		ServerConfig{Name: "remote", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true},
+		ServerConfig{Name: "local", Command: asker})
 }
 
 // modernClient connects a 2026-07-28 client with token; opts says how it
@@ -521,16 +538,8 @@ func TestE2EProgressOfABridgedCallReachesTheCurrentRound(t *testing.T) {
 // second client's sampling request is refused and its log messages
 // dropped.
 func TestE2ELogMessagesOfABridgedCallReachTheirRound(t *testing.T) {
-	asker := testenv.BuildGo(t, "./testdata/servers/asker")
 	var remoteStderr testenv.Buffer
-	remote := startOnFreePort(t, func(addr string) *exec.Cmd {
-		cmd := exec.Command(asker, "-http", addr)
-		cmd.Stderr = &remoteStderr
-		return cmd
-	})
-	g, url, oplog, _ := askerServersGateway(t, InputRequestsConfig{},
-		ServerConfig{Name: "remote", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true},
-		ServerConfig{Name: "local", Command: asker})
+	g, url, oplog, _ := askerRemoteAndLocal(t, &remoteStderr)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var h hearing
@@ -678,11 +687,7 @@ func TestE2EHeldPromptsAndReadsAreBounded(t *testing.T) {
 // client's call. On a stdio server, whose requests say nothing of the call
 // they serve, a second client's request is still refused.
 func TestE2EInputRequestsOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
-	asker := testenv.BuildGo(t, "./testdata/servers/asker")
-	remote := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-http", addr) })
-	g, url, _, declog := askerServersGateway(t, InputRequestsConfig{},
-		ServerConfig{Name: "remote", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true},
-		ServerConfig{Name: "local", Command: asker})
+	g, url, _, declog := askerRemoteAndLocal(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	alice, bob := manualClients(t, ctx, url)

@@ -225,11 +225,7 @@ func atOnce(t *testing.T, ctx context.Context, tool string, callers map[string]*
 // the calls whose HTTP server sends their log messages on its standalone
 // GET stream, unless one client's calls are all that is in flight.
 func TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
-	asker := testenv.BuildGo(t, "./testdata/servers/asker")
-	remote := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-http", addr) })
-	_, url, _, _ := askerServersGateway(t, InputRequestsConfig{},
-		ServerConfig{Name: "remote", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true},
-		ServerConfig{Name: "local", Command: asker})
+	_, url, _, _ := askerRemoteAndLocal(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
