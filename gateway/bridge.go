@@ -161,8 +161,12 @@ func (b *inputBridge) start(ctx context.Context, who string, req bridgedRequest,
 		return nil, err
 	}
 	down := requestMetaFrom(ctx)
+	// The first round is the one being answered from the start, not only
+	// once await begins: what the server sends as soon as the call starts
+	// (a log message, progress) may be read before that, and is this
+	// round's, not a parked call's.
 	c := &bridgedCall{state: state, principal: who, request: req, caps: down.capabilities(), relayed: relayed,
-		asks: make(chan *upstreamAsk), done: make(chan bridgedOutcome, 1), waiting: map[string]*upstreamAsk{}}
+		asks: make(chan *upstreamAsk), done: make(chan bridgedOutcome, 1), waiting: map[string]*upstreamAsk{}, round: down}
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	m := down
 	m.bridge, m.inputResponses, m.requestState = c, nil, ""

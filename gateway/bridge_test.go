@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -45,7 +46,8 @@ func askerGateway(t *testing.T, inputs InputRequestsConfig, names ...string) (g 
 }
 
 // askerServersGateway is askerGateway for the asker fixture as each of
-// servers (over stdio or HTTP), everything of theirs allowed.
+// servers (over stdio or HTTP), everything of theirs allowed. A server
+// named "modern…" must be the fixture run with -modern.
 func askerServersGateway(t *testing.T, inputs InputRequestsConfig, servers ...ServerConfig) (g *Gateway, url string, oplog *testenv.Buffer, declog *decisionLog) {
 	t.Helper()
 	key := func(id, token string) APIKeyConfig {
@@ -65,23 +67,52 @@ func askerServersGateway(t *testing.T, inputs InputRequestsConfig, servers ...Se
 	oplog = &testenv.Buffer{}
 	g, declog = startGateway(t, cfg, WithLogger(slog.New(slog.NewTextHandler(oplog, nil))))
 	for _, u := range g.upstreams {
-		require.Nil(t, u.modern, "the fixture must speak only the legacy era")
+		// The fixture speaks only the legacy era, unless run with -modern
+		// (as servers named "modern…" are).
+		require.Equal(t, strings.HasPrefix(u.cfg.Name, "modern"), u.modern != nil, "server %q: a 2026-07-28 link\n%s", u.cfg.Name, oplog.String())
 	}
 	srv := httptest.NewServer(g.HTTPHandler(policy.Principal{}))
 	t.Cleanup(srv.Close)
 	return g, srv.URL, oplog, declog
 }
 
+// askerRemoteAndLocal is askerServersGateway for the asker fixture twice:
+// as "remote", a streamable-HTTP server of the 2025-11-25 era (its stderr
+// to remoteStderr, if not nil), and as "local", over stdio.
+func askerRemoteAndLocal(t *testing.T, remoteStderr io.Writer) (g *Gateway, url string, oplog *testenv.Buffer, declog *decisionLog) {
+	t.Helper()
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	remote := startOnFreePort(t, func(addr string) *exec.Cmd {
+		cmd := exec.Command(asker, "-http", addr)
+		cmd.Stderr = remoteStderr
+		return cmd
+	})
+	return askerServersGateway(t, InputRequestsConfig{},
+		ServerConfig{Name: "remote", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true},
+		ServerConfig{Name: "local", Command: asker})
+}
+
 // modernClient connects a 2026-07-28 client with token; opts says how it
 // answers input requests.
 func modernClient(t *testing.T, ctx context.Context, url, token string, opts *mcp.ClientOptions, roots ...string) *mcp.ClientSession {
 	t.Helper()
-	client := mcp.NewClient(&mcp.Implementation{Name: "modern"}, opts)
+	return clientOfEra(t, ctx, modernProtocolVersion, url, token, opts, roots...)
+}
+
+// legacyClient connects a 2025-11-25 client with token, in a session.
+func legacyClient(t *testing.T, ctx context.Context, url, token string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	return clientOfEra(t, ctx, legacyProtocolVersion, url, token, opts)
+}
+
+func clientOfEra(t *testing.T, ctx context.Context, version, url, token string, opts *mcp.ClientOptions, roots ...string) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "client of " + version}, opts)
 	for _, r := range roots {
 		client.AddRoots(&mcp.Root{URI: r})
 	}
 	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer{token}}},
-		&mcp.ClientSessionOptions{ProtocolVersion: modernProtocolVersion})
+		&mcp.ClientSessionOptions{ProtocolVersion: version})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cs.Close() })
 	return cs
@@ -335,11 +366,17 @@ func switchedGateway(t *testing.T, ctx context.Context, inputs InputRequestsConf
 	return g, url, oplog, declog, sw
 }
 
-// acceptAll answers every elicitation of a manual round "accept ok=true".
+// acceptAll answers every request of a manual round: an elicitation
+// "accept ok=true", a sampling request "yes" from "test-model".
 func acceptAll(requests mcp.InputRequestMap) mcp.InputResponseMap {
 	answers := mcp.InputResponseMap{}
-	for k := range requests {
-		answers[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}
+	for k, req := range requests {
+		switch req.(type) {
+		case *mcp.CreateMessageParams, *mcp.CreateMessageWithToolsParams:
+			answers[k] = &mcp.CreateMessageResult{Model: "test-model", Role: "assistant", Content: &mcp.TextContent{Text: "yes"}}
+		default:
+			answers[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}
+		}
 	}
 	return answers
 }
@@ -489,6 +526,87 @@ func TestE2EProgressOfABridgedCallReachesTheCurrentRound(t *testing.T) {
 	assert.Equal(t, []string{"round-1: before", "round-2: after"}, received())
 }
 
+// TestE2ELogMessagesOfABridgedCallReachTheirRound: the log messages a
+// 2025-era server sends during a 2026-07-28 client's bridged call reach
+// that client's request of the round they were sent in, at that request's
+// log level, before and after the server's elicitation or sampling
+// request; one sent while the call waits for the client's retry is
+// dropped. Over streamable HTTP two principals' bridged calls are held at
+// once and each hears only its own; over stdio one client's call is heard
+// while another client is connected, and while two clients' calls are in
+// flight there the server's messages say nothing of whose they are: the
+// second client's sampling request is refused and its log messages
+// dropped.
+func TestE2ELogMessagesOfABridgedCallReachTheirRound(t *testing.T) {
+	var remoteStderr testenv.Buffer
+	g, url, oplog, _ := askerRemoteAndLocal(t, &remoteStderr)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var h hearing
+	connect := func(token, who string) *mcp.ClientSession {
+		return modernClient(t, ctx, url, token, &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+			ElicitationHandler:    func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil },
+			CreateMessageHandler:  func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) { return nil, nil },
+			LoggingMessageHandler: h.handler(t, who)})
+	}
+	alice, bob := connect(aliceToken, "alice"), connect(bobToken, "bob")
+	// round calls tool as cs with the log level given in its _meta; the
+	// first round (no state) must ask for input, a retry answers it.
+	round := func(cs *mcp.ClientSession, tool string, args map[string]any, level string, prev *mcp.CallToolResult) *mcp.CallToolResult {
+		t.Helper()
+		params := &mcp.CallToolParams{Name: tool, Arguments: args, Meta: mcp.Meta{mcp.MetaKeyLogLevel: level}}
+		if prev != nil {
+			params.InputResponses, params.RequestState = acceptAll(prev.InputRequests), prev.RequestState
+		}
+		res, err := cs.CallTool(ctx, params)
+		require.NoError(t, err)
+		require.Equal(t, prev == nil, res.NeedsInput(), "%+v", res.Content)
+		return res
+	}
+	// A first round at level debug hears both of "before"; a retry at
+	// level info hears only the info one of "after": each message reaches
+	// a request at the level of the round it was sent in.
+	heardBeforeAndAfter := func(tag string) []string {
+		return []string{tag + " before", tag + " before (debug)", tag + " after"}
+	}
+
+	// Over HTTP: alice's call (elicitation) and bob's (sampling) are held
+	// on the server at once, and both have sent "while waiting" while held.
+	alices := round(alice, "remote__progress", map[string]any{"tag": "alice", "ask": "elicit"}, "debug", nil)
+	bobs := round(bob, "remote__progress", map[string]any{"tag": "bob", "ask": "sample"}, "debug", nil)
+	assert.Equal(t, 2, g.inputs.heldCount())
+	require.Eventually(t, func() bool { return strings.Count(remoteStderr.String(), "progress sent while waiting") == 2 },
+		15*time.Second, 10*time.Millisecond, remoteStderr.String())
+	assert.Equal(t, "test-model: yes", text(t, round(bob, "remote__progress", map[string]any{"tag": "bob", "ask": "sample"}, "info", bobs)))
+	assert.Equal(t, "accept ok=true", text(t, round(alice, "remote__progress", map[string]any{"tag": "alice", "ask": "elicit"}, "info", alices)))
+	assert.ElementsMatch(t, heardBeforeAndAfter("alice"), h.await(t, "alice", 3))
+	assert.ElementsMatch(t, heardBeforeAndAfter("bob"), h.await(t, "bob", 3))
+
+	// Over stdio, alice's call alone: bob, connected, hears nothing of it.
+	args := map[string]any{"tag": "alice over stdio", "ask": "elicit"}
+	alices = round(alice, "local__progress", args, "debug", nil)
+	waitLine(t, oplog, "progress sent while waiting")
+	assert.Equal(t, "accept ok=true", text(t, round(alice, "local__progress", args, "info", alices)))
+	assert.ElementsMatch(t, append(heardBeforeAndAfter("alice"), heardBeforeAndAfter("alice over stdio")...), h.await(t, "alice", 6))
+
+	// Over stdio, bob calls while alice's call is held: bob's sampling
+	// request is refused and his "before" dropped (either could be
+	// alice's); alice's "after", sent when hers is the only call again,
+	// reaches her.
+	args = map[string]any{"tag": "alice held", "ask": "elicit"}
+	alices = round(alice, "local__progress", args, "debug", nil)
+	res, err := bob.CallTool(ctx, &mcp.CallToolParams{Name: "local__progress", Arguments: map[string]any{"tag": "bob over stdio", "ask": "sample"},
+		Meta: mcp.Meta{mcp.MetaKeyLogLevel: "debug"}})
+	require.NoError(t, err)
+	require.False(t, res.NeedsInput())
+	assert.Contains(t, text(t, res), "no single client request in flight")
+	assert.Equal(t, "accept ok=true", text(t, round(alice, "local__progress", args, "info", alices)))
+	assert.ElementsMatch(t, append(append(heardBeforeAndAfter("alice"), heardBeforeAndAfter("alice over stdio")...), heardBeforeAndAfter("alice held")...),
+		h.await(t, "alice", 9))
+	assert.ElementsMatch(t, heardBeforeAndAfter("bob"), h.of("bob"), "bob heard nothing over stdio")
+	require.Eventually(t, func() bool { return g.inputs.heldCount() == 0 }, 5*time.Second, 10*time.Millisecond)
+}
+
 // TestE2EHeldPromptsAndReadsAreBounded: prompts/get and resources/read
 // count against the same per-principal limit of held calls as tools/call,
 // across methods and servers: a principal at its limit is refused at the
@@ -569,11 +687,7 @@ func TestE2EHeldPromptsAndReadsAreBounded(t *testing.T) {
 // client's call. On a stdio server, whose requests say nothing of the call
 // they serve, a second client's request is still refused.
 func TestE2EInputRequestsOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
-	asker := testenv.BuildGo(t, "./testdata/servers/asker")
-	remote := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-http", addr) })
-	g, url, _, declog := askerServersGateway(t, InputRequestsConfig{},
-		ServerConfig{Name: "remote", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true},
-		ServerConfig{Name: "local", Command: asker})
+	g, url, _, declog := askerRemoteAndLocal(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	alice, bob := manualClients(t, ctx, url)
@@ -607,15 +721,12 @@ func TestE2EInputRequestsOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
 	// Meanwhile a 2025-era client's call on the same server is asked its
 	// own question, as a request.
 	var asked []string
-	legacy, err := mcp.NewClient(&mcp.Implementation{Name: "legacy"}, &mcp.ClientOptions{
+	legacy := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{
 		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			asked = append(asked, req.Params.Message)
 			assert.Empty(t, req.Params.Meta, "the gateway's mark does not reach the client")
 			return &mcp.ElicitResult{Action: "decline"}, nil
-		}}).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer{bobToken}}},
-		&mcp.ClientSessionOptions{ProtocolVersion: legacyProtocolVersion})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = legacy.Close() })
+		}})
 	res, err := legacy.CallTool(ctx, &mcp.CallToolParams{Name: "remote__confirm", Arguments: map[string]any{"question": "legacy?"}})
 	require.NoError(t, err)
 	assert.Equal(t, "decline ok=<nil>", text(t, res))
@@ -685,6 +796,32 @@ func TestE2ETypeScriptClientCompletesABridgedCall(t *testing.T) {
 		assert.Equal(t, "alice", ev["input"].(map[string]any)["principal"].(map[string]any)["id"])
 	}
 	require.Eventually(t, func() bool { return g.inputs.heldCount() == 0 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// TestBridgedCallsFirstRoundIsCurrentFromTheStart: what a server sends as
+// soon as a bridged call starts (a log message, progress) goes to the
+// first round even when it is read before that round begins waiting for
+// the server (here the server call runs to its end before). It used to be
+// dropped, as if the call were parked, whenever the round's goroutine lagged.
+func TestBridgedCallsFirstRoundIsCurrentFromTheStart(t *testing.T) {
+	b := newInputBridge(InputRequestsConfig{}, slog.New(slog.DiscardHandler))
+	first := &mcp.ServerSession{}
+	ctx := context.WithValue(context.Background(), requestMetaKey{}, requestMeta{session: first, modern: true, requestID: "1"})
+	var round requestMeta
+	var current bool
+	res, asked, _, err := b.call(ctx, policy.Principal{ID: "alice"}, bridgedRequest{method: "tools/call", name: "t"}, &relayedCounter{},
+		func(serverCall func()) bool { serverCall(); return true },
+		func(ctx context.Context) (mcp.Result, error) {
+			// Where the relay sends what the server notifies now.
+			round, current = requestMetaFrom(ctx).now()
+			return &mcp.CallToolResult{}, nil
+		})
+	require.NoError(t, err)
+	assert.Nil(t, asked)
+	assert.NotNil(t, res)
+	require.True(t, current, "the first round is current from the start")
+	assert.Same(t, first, round.session)
+	assert.Zero(t, b.heldCount())
 }
 
 // TestCompleteResultKeepsEverything: a result marked complete for a

@@ -3,9 +3,10 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -153,73 +154,240 @@ func TestLogMessagesGoToTheCallOfTheirStream(t *testing.T) {
 	assert.Same(t, bob, m.session)
 }
 
+// hearing records the log messages (their data) each client is sent.
+type hearing struct {
+	mu    sync.Mutex
+	heard map[string][]string
+}
+
+// handler records the log messages client who is sent; none may carry
+// the gateway's mark.
+func (h *hearing) handler(t *testing.T, who string) func(context.Context, *mcp.LoggingMessageRequest) {
+	return func(_ context.Context, req *mcp.LoggingMessageRequest) {
+		assert.Empty(t, req.Params.Meta, "the gateway's mark does not reach the client")
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.heard == nil {
+			h.heard = map[string][]string{}
+		}
+		h.heard[who] = append(h.heard[who], fmt.Sprint(req.Params.Data))
+	}
+}
+
+// of is what who has been sent so far.
+func (h *hearing) of(who string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.heard[who])
+}
+
+// await waits until who has been sent n log messages (the client SDK hands
+// them to its handler on a goroutine of its own) and returns them.
+func (h *hearing) await(t *testing.T, who string, n int) []string {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(h.of(who)) >= n }, 5*time.Second, 10*time.Millisecond,
+		"%s hears %d log messages; got %v", who, n, h.of(who))
+	return h.of(who)
+}
+
+// atOnce calls tool as each of callers at once, with data(who) as its text,
+// and requires every call to answer "noted" (the asker's note tool: the
+// server sends each call's log message while all of them are in flight).
+// meta is the _meta of each call (a 2026-07-28 client's log level), if
+// any; more are arguments every call is given besides.
+func atOnce(t *testing.T, ctx context.Context, tool string, callers map[string]*mcp.ClientSession, data func(who string) string,
+	meta func(who string) mcp.Meta, more map[string]any) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for who, cs := range callers {
+		args := map[string]any{"text": data(who), "together": len(callers)}
+		maps.Copy(args, more)
+		params := &mcp.CallToolParams{Name: tool, Arguments: args}
+		if meta != nil {
+			params.Meta = meta(who)
+		}
+		wg.Go(func() {
+			res, err := cs.CallTool(ctx, params)
+			if assert.NoError(t, err) {
+				assert.Equal(t, "noted", text(t, res))
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall: a streamable-HTTP
 // server of the 2025-11-25 era sends the log messages of a call on that
 // call's response stream, so with two principals' calls in flight on it at
 // once, each client receives its own call's log message, without the
 // gateway's mark, and at its own level; the same calls on a stdio server,
-// whose log messages say nothing of their call, have theirs dropped.
+// whose log messages say nothing of their call, have theirs dropped, as do
+// the calls whose HTTP server sends their log messages on its standalone
+// GET stream, unless one client's calls are all that is in flight.
 func TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
-	asker := testenv.BuildGo(t, "./testdata/servers/asker")
-	remote := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-http", addr) })
-	_, url, _, _ := askerServersGateway(t, InputRequestsConfig{},
-		ServerConfig{Name: "remote", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true},
-		ServerConfig{Name: "local", Command: asker})
+	_, url, _, _ := askerRemoteAndLocal(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	var mu sync.Mutex
-	heard := map[string][]string{}
+	var h hearing
 	connect := func(token, who string) *mcp.ClientSession {
 		t.Helper()
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: who}, &mcp.ClientOptions{
-			LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
-				assert.Empty(t, req.Params.Meta, "the gateway's mark does not reach the client")
-				mu.Lock()
-				defer mu.Unlock()
-				heard[who] = append(heard[who], fmt.Sprint(req.Params.Data))
-			}}).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer{token}}},
-			&mcp.ClientSessionOptions{ProtocolVersion: legacyProtocolVersion})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = cs.Close() })
+		cs := legacyClient(t, ctx, url, token, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, who)})
 		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
 		return cs
 	}
-	alice, bob := connect(aliceToken, "alice"), connect(bobToken, "bob")
+	both := map[string]*mcp.ClientSession{"alice": connect(aliceToken, "alice"), "bob": connect(bobToken, "bob")}
 	// together calls tool as alice and bob at once; the server sends each
 	// call's log message while both are in flight.
 	together := func(tool, round string) {
 		t.Helper()
-		var wg sync.WaitGroup
-		for who, cs := range map[string]*mcp.ClientSession{"alice": alice, "bob": bob} {
-			wg.Go(func() {
-				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": who + " " + round, "together": 2}})
-				if assert.NoError(t, err) {
-					assert.Equal(t, "noted", text(t, res))
-				}
-			})
-		}
-		wg.Wait()
-	}
-	heardNow := func(who string) []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(heard[who])
+		atOnce(t, ctx, tool, both, func(who string) string { return who + " " + round }, nil, nil)
 	}
 
 	together("local__note", "over stdio")
 	together("remote__note", "over HTTP")
-	require.Eventually(t, func() bool { return len(heardNow("alice")) > 0 && len(heardNow("bob")) > 0 },
-		5*time.Second, 10*time.Millisecond, "each client hears its own call")
 	// A log message misrouted or let through over stdio would have come
 	// before these.
-	assert.Equal(t, []string{"alice over HTTP"}, heardNow("alice"))
-	assert.Equal(t, []string{"bob over HTTP"}, heardNow("bob"))
+	assert.Equal(t, []string{"alice over HTTP"}, h.await(t, "alice", 1), "each client hears its own call")
+	assert.Equal(t, []string{"bob over HTTP"}, h.await(t, "bob", 1))
 
 	// Each client's level still filters what it is sent.
-	require.NoError(t, bob.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "error"}))
+	require.NoError(t, both["bob"].SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "error"}))
 	together("remote__note", "again")
-	require.Eventually(t, func() bool { return len(heardNow("alice")) == 2 }, 5*time.Second, 10*time.Millisecond)
-	assert.Equal(t, []string{"alice over HTTP", "alice again"}, heardNow("alice"))
-	assert.Equal(t, []string{"bob over HTTP"}, heardNow("bob"))
+	assert.Equal(t, []string{"alice over HTTP", "alice again"}, h.await(t, "alice", 2))
+	assert.Equal(t, []string{"bob over HTTP"}, h.of("bob"))
+
+	// Sent on the standalone GET stream, a log message says nothing of its
+	// call: with both clients' calls in flight it is dropped, with alice's
+	// alone it reaches her.
+	require.NoError(t, both["bob"].SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
+	aside := map[string]any{"aside": true}
+	atOnce(t, ctx, "remote__note", both, func(who string) string { return who + " aside" }, nil, aside)
+	atOnce(t, ctx, "remote__note", map[string]*mcp.ClientSession{"alice": both["alice"]}, func(string) string { return "alice alone aside" }, nil, aside)
+	assert.Equal(t, []string{"alice over HTTP", "alice again", "alice alone aside"}, h.await(t, "alice", 3))
+	assert.Equal(t, []string{"bob over HTTP"}, h.of("bob"))
+}
+
+// TestE2ELogMessagesOfAModernHTTPServerReachTheirOwnCall: a streamable-HTTP
+// server that speaks 2026-07-28 (linked twice, once per era) sends a
+// call's log messages on that call's response stream in either era, so
+// with two principals' calls in flight on it at once each client receives
+// its own call's log message, at its own level: two 2026-07-28 clients
+// (their calls over the modern link, their level in each request's _meta),
+// and a 2026-07-28 client beside a 2025-11-25 one (whose call goes over
+// the legacy link).
+func TestE2ELogMessagesOfAModernHTTPServerReachTheirOwnCall(t *testing.T) {
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	remote := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-http", addr, "-modern") })
+	_, url, _, _ := askerServersGateway(t, InputRequestsConfig{},
+		ServerConfig{Name: "modern", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var h hearing
+	modern := func(token, who string) *mcp.ClientSession {
+		return modernClient(t, ctx, url, token, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, who)})
+	}
+	alice, bob := modern(aliceToken, "alice"), modern(bobToken, "bob")
+	carol := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "carol")})
+	require.NoError(t, carol.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
+	levels := map[string]mcp.LoggingLevel{"alice": "info", "bob": "info"}
+	level := func(who string) mcp.Meta {
+		if levels[who] == "" {
+			return nil
+		}
+		return mcp.Meta{mcp.MetaKeyLogLevel: levels[who]}
+	}
+	together := func(round string, callers map[string]*mcp.ClientSession) {
+		t.Helper()
+		atOnce(t, ctx, "note", callers, func(who string) string { return who + " " + round }, level, nil)
+	}
+
+	together("modern", map[string]*mcp.ClientSession{"alice": alice, "bob": bob})
+	assert.Equal(t, []string{"alice modern"}, h.await(t, "alice", 1), "each client hears its own call")
+	assert.Equal(t, []string{"bob modern"}, h.await(t, "bob", 1))
+
+	together("across eras", map[string]*mcp.ClientSession{"alice": alice, "carol": carol})
+	assert.Equal(t, []string{"alice modern", "alice across eras"}, h.await(t, "alice", 2))
+	assert.Equal(t, []string{"carol across eras"}, h.await(t, "carol", 1))
+
+	// A request's level filters what its client is sent; without one a
+	// go-sdk server sends none.
+	levels["bob"], levels["alice"] = "error", ""
+	together("filtered", map[string]*mcp.ClientSession{"alice": alice, "bob": bob, "carol": carol})
+	assert.Equal(t, []string{"carol across eras", "carol filtered"}, h.await(t, "carol", 2))
+	assert.Equal(t, []string{"alice modern", "alice across eras"}, h.of("alice"))
+	assert.Equal(t, []string{"bob modern"}, h.of("bob"))
+}
+
+// TestE2ESingleCallerRuleOnStdioAndSSEServers: a stdio or HTTP+SSE server's
+// requests and log messages say nothing of the call they are for, so
+// they reach a client only while every call in flight on that server is
+// that client's: with one client's call in flight its elicitation and log
+// messages reach it; with two clients' calls in flight the server's
+// sampling request is refused and the log messages of both calls are
+// dropped, rather than shown to a client whose they may not be.
+func TestE2ESingleCallerRuleOnStdioAndSSEServers(t *testing.T) {
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	sse := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-sse", addr) })
+	_, url, _, _ := askerServersGateway(t, InputRequestsConfig{},
+		ServerConfig{Name: "sse", URL: "http://" + sse + "/", Transport: RemoteSSE, AllowPrivateNetwork: true},
+		ServerConfig{Name: "stdio", Command: asker})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var h hearing
+	asked := make(chan string, 1)
+	release := make(chan struct{})
+	alice := legacyClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "alice"),
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked <- req.Params.Message
+			select { // alice's call stays in flight meanwhile
+			case <-release:
+			case <-ctx.Done():
+			}
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+		}})
+	bob := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "bob"),
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			t.Error("bob is asked to sample while alice's call is in flight on the same server")
+			return nil, errors.New("unexpected")
+		}})
+	for _, cs := range []*mcp.ClientSession{alice, bob} {
+		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
+	}
+	both := map[string]*mcp.ClientSession{"alice": alice, "bob": bob}
+
+	heard := 0
+	for _, server := range []string{"stdio", "sse"} {
+		// One client in flight: its log message and elicitation reach it.
+		atOnce(t, ctx, server+"__note", map[string]*mcp.ClientSession{"alice": alice}, func(string) string { return "alone on " + server }, nil, nil)
+		heard++
+		assert.Equal(t, "alone on "+server, h.await(t, "alice", heard)[heard-1])
+		confirmed := make(chan string, 1)
+		go func() {
+			res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: server + "__confirm", Arguments: map[string]any{"question": "alice on " + server + "?"}})
+			if assert.NoError(t, err) {
+				confirmed <- text(t, res)
+			}
+			close(confirmed)
+		}()
+		assert.Equal(t, "alice on "+server+"?", <-asked)
+
+		// Alice's call is in flight (waiting for her answer): bob's call
+		// has its sampling request refused.
+		res, err := bob.CallTool(ctx, &mcp.CallToolParams{Name: server + "__sample", Arguments: map[string]any{"prompt": "bob?"}})
+		require.NoError(t, err)
+		assert.Contains(t, text(t, res), "no single client request in flight")
+		release <- struct{}{}
+		assert.Equal(t, "accept ok=true", <-confirmed)
+
+		// Two clients in flight: both log messages are dropped.
+		atOnce(t, ctx, server+"__note", both, func(who string) string { return who + " together on " + server }, nil, nil)
+	}
+	// A log message let through while both were in flight would have come
+	// before the last ones.
+	atOnce(t, ctx, "stdio__note", map[string]*mcp.ClientSession{"bob": bob}, func(string) string { return "bob alone" }, nil, nil)
+	assert.Equal(t, []string{"bob alone"}, h.await(t, "bob", 1))
+	assert.Equal(t, []string{"alone on stdio", "alone on sse"}, h.of("alice"))
 }

@@ -1,5 +1,6 @@
 // Command asker is an MCP server of the 2025-11-25 era only (it
-// refuses server/discover, as the official TypeScript servers do) that asks
+// refuses server/discover, as the official TypeScript servers do; see
+// -modern) that asks
 // its client for input while serving a call, for tests of the gateway's
 // bridging of such requests to 2026-07-28 clients (input_required results):
 //
@@ -11,23 +12,35 @@
 //   - roots: sends roots/list and answers with the root URIs, one per line.
 //   - roots_changes: answers with how many notifications/roots/list_changed
 //     it has received.
-//   - progress: with a progress token, notifies progress "before", elicits
-//     "go on?", and notifies "after" once answered; 300ms into the wait it
-//     notifies "while waiting", pings the client (so that the client has
-//     read the notification) and writes "progress sent while waiting" to
-//     stderr. It answers as confirm does.
-//   - note {"text", "together"}: waits until `together` note calls are in
-//     flight at once, sends the log message text (level info, logger
+//   - progress {"tag", "ask"}: notifies "before", elicits "go on?" (or,
+//     with ask "sample", samples "go on?"), and notifies "after" once
+//     answered; 300ms into the wait it notifies "while waiting", pings the
+//     client (so that the client has read the notification) and writes
+//     "progress sent while waiting" to stderr. It answers as confirm (or
+//     sample) does. To notify is to send, in this order, progress (with a
+//     progress token; message "<tag> <phase>", or "<phase>" without a tag),
+//     a log message of level info with data "<tag> <phase>" and one of
+//     level debug with data "<tag> <phase> (debug)" (logger "asker").
+//   - note {"text", "together", "aside"}: waits until `together` note calls
+//     are in flight at once, sends the log message text (level info, logger
 //     "asker") on its call, waits until each of them has sent its own, and
 //     answers "noted". So every log message is sent while all those calls
-//     are in flight.
+//     are in flight. With aside, the message is sent outside any call (over
+//     streamable HTTP: on the standalone GET stream) and followed by a ping
+//     on the same stream, so that the client has read it before the call
+//     answers.
 //
 // The prompt approval {"question"} elicits its question and answers with
 // one user message "<action> ok=<value>"; the resource asker://secret
 // elicits "reveal the secret?" and reads "secret: <action> ok=<value>".
 //
 // With -http ADDRESS it serves streamable HTTP (stateful, 2025-11-25)
-// there instead of stdio.
+// there instead of stdio; with -sse ADDRESS it serves the deprecated
+// HTTP+SSE transport there. With -modern it also speaks 2026-07-28 (it
+// answers server/discover) and serves HTTP statelessly, as the go-sdk
+// serves that era only so: its requests for input then fail in either era
+// (a stateless server cannot send requests), but note's log messages,
+// sent on the response stream of their call, go through in both.
 //
 // A request cancelled while it waits for the client writes "<tool, prompt
 // or resource> cancelled" to stderr; every
@@ -91,6 +104,21 @@ func confirm(ctx context.Context, ss *mcp.ServerSession, question string) (strin
 	return fmt.Sprintf("%s ok=%v", res.Action, res.Content["ok"]), nil
 }
 
+// sample asks the client to sample prompt and answers "<model>: <text>".
+func sample(ctx context.Context, ss *mcp.ServerSession, prompt string) (string, error) {
+	res, err := ss.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 50, Messages: []*mcp.SamplingMessage{
+		{Role: "user", Content: &mcp.TextContent{Text: prompt}},
+	}})
+	if err != nil {
+		return "", err
+	}
+	text, _ := res.Content.(*mcp.TextContent)
+	if text == nil {
+		return res.Model + ": (no text)", nil
+	}
+	return res.Model + ": " + text.Text, nil
+}
+
 // meeting holds calls until a number of them have come.
 type meeting struct {
 	mu   sync.Mutex
@@ -125,6 +153,8 @@ func (m *meeting) meet(ctx context.Context, of int) error {
 
 func main() {
 	addr := flag.String("http", "", "serve streamable HTTP (2025-11-25) at `address` instead of stdio")
+	sseAddr := flag.String("sse", "", "serve the deprecated HTTP+SSE transport at `address` instead of stdio")
+	modern := flag.Bool("modern", false, "speak 2026-07-28 too (HTTP: statelessly)")
 	flag.Parse()
 	log.SetFlags(0)
 	var rootsChanges atomic.Int32
@@ -136,10 +166,11 @@ func main() {
 			log.Printf("roots changed")
 		},
 	})
-	// Only the legacy era: the gateway's 2026-07-28 probe must fail.
+	// Only the legacy era, unless -modern: the gateway's 2026-07-28 probe
+	// must fail.
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if method == "server/discover" {
+			if method == "server/discover" && !*modern {
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found"}
 			}
 			return next(ctx, method, req)
@@ -166,17 +197,11 @@ func main() {
 	})
 	s.AddTool(&mcp.Tool{Name: "sample", InputSchema: json.RawMessage(`{"type":"object","properties":{"prompt":{"type":"string"}}}`)},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 50, Messages: []*mcp.SamplingMessage{
-				{Role: "user", Content: &mcp.TextContent{Text: argument(req, "prompt")}},
-			}})
+			answer, err := sample(ctx, req.Session, argument(req, "prompt"))
 			if err != nil {
 				return failed(ctx, "sample", err), nil
 			}
-			text, _ := res.Content.(*mcp.TextContent)
-			if text == nil {
-				return done(res.Model + ": (no text)"), nil
-			}
-			return done(res.Model + ": " + text.Text), nil
+			return done(answer), nil
 		})
 	s.AddTool(&mcp.Tool{Name: "roots", InputSchema: object}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := req.Session.ListRoots(ctx, nil)
@@ -192,48 +217,71 @@ func main() {
 	s.AddTool(&mcp.Tool{Name: "roots_changes", InputSchema: object}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return done(fmt.Sprint(rootsChanges.Load())), nil
 	})
-	s.AddTool(&mcp.Tool{Name: "progress", InputSchema: object}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		token := req.Params.GetProgressToken()
-		notify := func(progress float64, msg string) {
-			if token != nil {
-				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: progress, Message: msg})
+	s.AddTool(&mcp.Tool{Name: "progress", InputSchema: json.RawMessage(`{"type":"object","properties":{"tag":{"type":"string"},"ask":{"type":"string"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			token := req.Params.GetProgressToken()
+			tag := argument(req, "tag")
+			notify := func(progress float64, phase string) {
+				msg := strings.TrimSpace(tag + " " + phase)
+				if token != nil {
+					_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: progress, Message: msg})
+				}
+				_ = req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: "asker", Data: msg})
+				_ = req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "debug", Logger: "asker", Data: msg + " (debug)"})
 			}
-		}
-		notify(1, "before")
-		answered := make(chan struct{})
-		waited := make(chan struct{})
-		go func() {
-			defer close(waited)
-			select {
-			case <-time.After(300 * time.Millisecond):
-				notify(2, "while waiting")
-				_ = req.Session.Ping(ctx, nil)
-				log.Printf("progress sent while waiting")
-			case <-answered:
+			notify(1, "before")
+			answered := make(chan struct{})
+			waited := make(chan struct{})
+			go func() {
+				defer close(waited)
+				select {
+				case <-time.After(300 * time.Millisecond):
+					notify(2, "while waiting")
+					_ = req.Session.Ping(ctx, nil)
+					log.Printf("progress sent while waiting")
+				case <-answered:
+				}
+			}()
+			var answer string
+			var err error
+			if argument(req, "ask") == "sample" {
+				answer, err = sample(ctx, req.Session, "go on?")
+			} else {
+				answer, err = confirm(ctx, req.Session, "go on?")
 			}
-		}()
-		answer, err := confirm(ctx, req.Session, "go on?")
-		close(answered)
-		<-waited
-		if err != nil {
-			return failed(ctx, "progress", err), nil
-		}
-		notify(3, "after")
-		return done(answer), nil
-	})
+			close(answered)
+			<-waited
+			if err != nil {
+				return failed(ctx, "progress", err), nil
+			}
+			notify(3, "after")
+			return done(answer), nil
+		})
 	var inFlight, logged meeting
-	s.AddTool(&mcp.Tool{Name: "note", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"},"together":{"type":"integer"}}}`)},
+	s.AddTool(&mcp.Tool{Name: "note", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"},"together":{"type":"integer"},"aside":{"type":"boolean"}}}`)},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var args struct {
 				Text     string
 				Together int
+				Aside    bool
 			}
 			_ = json.Unmarshal(req.Params.Arguments, &args)
 			if err := inFlight.meet(ctx, args.Together); err != nil {
 				return failed(ctx, "note", err), nil
 			}
-			if err := req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: "asker", Data: args.Text}); err != nil {
+			on := ctx
+			if args.Aside { // no request's context: the SDK sends it on no call's stream
+				var cancel context.CancelFunc
+				on, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+			}
+			if err := req.Session.Log(on, &mcp.LoggingMessageParams{Level: "info", Logger: "asker", Data: args.Text}); err != nil {
 				return done("error: " + err.Error()), nil
+			}
+			if args.Aside {
+				if err := req.Session.Ping(on, nil); err != nil {
+					return done("error: " + err.Error()), nil
+				}
 			}
 			if err := logged.meet(ctx, args.Together); err != nil {
 				return failed(ctx, "note", err), nil
@@ -258,10 +306,14 @@ func main() {
 			}
 			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "secret: " + answer}}}, nil
 		})
+	if *sseAddr != "" {
+		log.Fatal(http.ListenAndServe(*sseAddr, mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil)))
+	}
 	if *addr != "" {
-		// Stateful: sessions, and requests to the client on the stream of
-		// the call they serve.
-		log.Fatal(http.ListenAndServe(*addr, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)))
+		// Stateful (unless -modern): sessions, and requests to the client
+		// on the stream of the call they serve.
+		log.Fatal(http.ListenAndServe(*addr, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+			&mcp.StreamableHTTPOptions{Stateless: *modern})))
 	}
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		log.Fatal(err)
