@@ -299,3 +299,50 @@ func TestReplayNeedsTheRegoEngine(t *testing.T) {
 	_, err := policy.ReplayDecisionLog(context.Background(), engine, nil, nil)
 	require.ErrorContains(t, err, "replay evaluates with the rego engine")
 }
+
+func TestReplayOfARepeatUsesItsOwnRequest(t *testing.T) {
+	path := decisionLogFile(t, rego.Default(), serverData, defaultTraffic)
+	// A policy that reads the request id cannot reuse the list's replay
+	// for its repeat: the repeat (request "2") is decided on its own.
+	p := policyDir(t, map[string]string{"p.rego": `package mcp.warden
+
+decision := {"allow": input.request_id != "2"}
+`})
+	_, found, err := replay(t, p, nil, path)
+	require.NoError(t, err)
+	var repeat []string
+	for _, f := range found {
+		if f.Line == 5 {
+			repeat = append(repeat, f.Item+" "+f.Replayed)
+		}
+	}
+	assert.Equal(t, []string{
+		`tool files__list (item 1 of 4) {"allow":false}`,
+		`tool files__read_file (item 2 of 4) {"allow":false}`,
+		`tool files__read_secret (item 3 of 4) {"allow":false}`,
+		`tool files__write_file (item 4 of 4) {"allow":false}`,
+	}, repeat)
+}
+
+func TestReplayOfAListItemTheMaskChanged(t *testing.T) {
+	p := policyDir(t, map[string]string{
+		"p.rego": `package mcp.warden
+
+decision := {"allow": input.tool.description != "secret"}
+`,
+		"log.rego": `package system.log
+
+mask contains "/input/tools/1/tool/description" if input.input.action == "tools/list"
+`})
+	path := decisionLogFile(t, p, nil, func(d *policy.Decider) {
+		inputs := listInputs([]string{"a", "b", "c"}, time.Now(), "1")
+		inputs[1].Tool.Description = "secret"
+		d.DecideExposure(context.Background(), inputs)
+	})
+	s, found, err := replay(t, p, nil, path)
+	require.NoError(t, err)
+	assert.Equal(t, 2, s.Same)
+	require.Len(t, found, 1)
+	assert.Equal(t, "tool files__b (item 2 of 3)", found[0].Item)
+	assert.Equal(t, "input/tools/1/tool/description erased by the log mask and read by the policy", found[0].NotReplayable)
+}
