@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/mcp-warden/mcp-warden/policy/internal/auditlog"
 )
@@ -51,9 +52,9 @@ const findingValueMax = 300
 // replayed.
 func (f ReplayFinding) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s:%d: decision %s %s", f.File, f.Line, f.DecisionID, f.Action)
+	fmt.Fprintf(&b, "%s:%d: decision %s %s", f.File, f.Line, printable(f.DecisionID), printable(string(f.Action)))
 	if f.Item != "" {
-		b.WriteString(" " + f.Item)
+		b.WriteString(" " + printable(f.Item))
 	}
 	fmt.Fprintf(&b, " principal %q: ", f.Principal)
 	if f.NotReplayable != "" {
@@ -62,6 +63,16 @@ func (f ReplayFinding) String() string {
 	}
 	fmt.Fprintf(&b, "logged %s, replayed %s", truncated(f.Logged), truncated(f.Replayed))
 	return b.String()
+}
+
+// printable is s, quoted when it holds a control character: names come
+// from upstream servers and clients, and must not forge a line of the
+// report.
+func printable(s string) string {
+	if strings.ContainsFunc(s, unicode.IsControl) {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 func truncated(s string) string {

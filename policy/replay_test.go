@@ -346,3 +346,12 @@ mask contains "/input/tools/1/tool/description" if input.input.action == "tools/
 	assert.Equal(t, "tool files__b (item 2 of 3)", found[0].Item)
 	assert.Equal(t, "input/tools/1/tool/description erased by the log mask and read by the policy", found[0].NotReplayable)
 }
+
+func TestReplayFindingCannotForgeReportLines(t *testing.T) {
+	f := policy.ReplayFinding{File: "d.log", Line: 3, DecisionID: "id", Action: policy.ActionToolsCall,
+		Item: "tool x\nd.log:9: forged", Principal: "p\n", NotReplayable: "why"}
+	assert.Equal(t, `d.log:3: decision id tools/call "tool x\nd.log:9: forged" principal "p\n": not replayable: why`, f.String())
+	long := policy.ReplayFinding{Logged: strings.Repeat("é", 400), Replayed: "{}"}
+	assert.Contains(t, long.String(), "…(800 bytes)")
+	assert.Less(t, len(long.String()), 400)
+}
