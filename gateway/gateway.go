@@ -269,14 +269,19 @@ func (c *Config) withDefaults() *Config {
 }
 
 // NewPolicyEngine prepares the policy engine cfg configures (policy.path,
-// policy.engine, policy.wasm, and the data of its servers), as New does:
-// the same decisions the gateway would make. An engine that holds
+// policy.engine, policy.wasm, and the data of its servers), as New does
+// with the same options (WithPolicy; the others do not concern the
+// engine): the same decisions the gateway would make. An engine that holds
 // resources (the wasm engine) is an io.Closer.
-func NewPolicyEngine(ctx context.Context, cfg *Config) (policy.Engine, error) {
+func NewPolicyEngine(ctx context.Context, cfg *Config, opts ...Option) (policy.Engine, error) {
 	if err := cfg.policyProblems(); err != nil {
 		return nil, err
 	}
-	engine, _, err := newEngine(ctx, cfg.withDefaults(), nil)
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	engine, _, err := newEngine(ctx, cfg.withDefaults(), o.policy)
 	return engine, err
 }
 

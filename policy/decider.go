@@ -218,19 +218,26 @@ func (d *Decider) evaluate(ctx context.Context, in Input, calls *callCache) (dec
 		}
 	}
 	ev, err := d.eval(ctx, b)
-	if err != nil {
-		err = fmt.Errorf("evaluate %s: %w", Entrypoint, err)
-		return denyForError(in.Action, err), err, false
-	}
-	dec, err = decisionFromResult(ev.value)
-	if err != nil {
-		dec = denyForError(in.Action, err)
-	}
-	dec.nondeterministic = ev.nondeterministic
+	dec, err = decisionOf(in.Action, ev, err)
 	if calls != nil && err == nil {
 		calls.store(key, dec)
 	}
 	return dec, err, false
+}
+
+// decisionOf is the Decision of an evaluation that returned ev and err
+// (denied for any error, which is returned for the log), for action.
+func decisionOf(action Action, ev evaluation, err error) (Decision, error) {
+	if err != nil {
+		err = fmt.Errorf("evaluate %s: %w", Entrypoint, err)
+		return denyForError(action, err), err
+	}
+	dec, err := decisionFromResult(ev.value)
+	if err != nil {
+		dec = denyForError(action, err)
+	}
+	dec.nondeterministic = ev.nondeterministic
+	return dec, err
 }
 
 // decisionFromResult reads a Decision out of the entry point's value.

@@ -484,6 +484,27 @@ func (l *DecisionLog) newListEvent(inputs []Input, decisions []Decision, errs []
 	return ev
 }
 
+// items are the inputs of a list event's items, as the Decider was given
+// them: the head every item of a list shares (its action, principal,
+// request and session ids, time; newListEvent logs the first item's) with
+// each item's server and tool, resource or prompt, the only parts an item
+// of a list has of its own. A replay rebuilds a list's inputs with it.
+func (li *listInput) items() []Input {
+	listed := li.Tools
+	switch li.Action {
+	case ActionResourcesList:
+		listed = li.Resources
+	case ActionPromptsList:
+		listed = li.Prompts
+	}
+	inputs := make([]Input, len(listed))
+	for i, it := range listed {
+		inputs[i] = Input{Action: li.Action, Principal: li.Principal, RequestID: li.RequestID, SessionID: li.SessionID, Time: li.Time,
+			Server: it.Server, Tool: it.Tool, Resource: it.Resource, Prompt: it.Prompt}
+	}
+	return inputs
+}
+
 // The metrics of every event: the time to decide and log, and the
 // evaluation's part of it.
 const (

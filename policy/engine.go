@@ -75,6 +75,17 @@ func (e *regoEngine) evaluatePruned(ctx context.Context, input []byte) (evaluati
 	return evaluation{value: v, nondeterministic: nd}, nil
 }
 
+// replay evaluates input, reduced to inputFields, with the policy's
+// non-deterministic builtins answered from nd (a logged nd_builtin_cache),
+// and names those it called with arguments nd does not hold.
+func (e *regoEngine) replay(ctx context.Context, input, nd []byte) (evaluation, []string, error) {
+	v, defined, unrecorded, err := e.query.EvalReplayed(ctx, input, nd)
+	if err == nil && !defined {
+		err = ErrUndefined
+	}
+	return evaluation{value: v}, unrecorded, err
+}
+
 // concurrency: a prepared query evaluates on any number of goroutines.
 func (e *regoEngine) concurrency() int { return runtime.GOMAXPROCS(0) }
 

@@ -52,6 +52,24 @@ func newInputFields(paths [][]string, whole bool) inputFields {
 	return root
 }
 
+// reads reports whether a policy reading fs reads anything at path
+// (member names from the input's root), or under it, or all of what
+// encloses it.
+func (fs inputFields) reads(path []string) bool {
+	node := fs
+	for _, key := range path {
+		if node == nil {
+			return true // read whole
+		}
+		child, ok := node[key]
+		if !ok {
+			return false
+		}
+		node = child
+	}
+	return node == nil || len(node) > 0
+}
+
 // encode returns the JSON encoding of in reduced to fs: what
 // json.Marshal(in) gives, less the members fs leaves out.
 func (fs inputFields) encode(in *Input) ([]byte, error) {

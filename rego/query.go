@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
@@ -126,6 +127,67 @@ func (q *Query) EvalRecorded(ctx context.Context, input []byte) (result any, def
 		}
 	}
 	return result, defined, nd, err
+}
+
+// EvalReplayed is Eval with the non-deterministic builtins answered from
+// nd, an nd_builtin_cache as EvalRecorded returns it and decision logs hold
+// it ({"builtin": {"[args]": value}}; nil or empty: none), so that an
+// evaluation replayed from a log decides as the logged one did. unrecorded
+// names, sorted, the non-deterministic builtins the evaluation called with
+// arguments nd does not hold: their results are fresh, not the logged ones.
+func (q *Query) EvalReplayed(ctx context.Context, input, nd []byte) (result any, defined bool, unrecorded []string, err error) {
+	cache, err := ndCacheOf(nd)
+	if err != nil {
+		return nil, false, nil, fmt.Errorf("eval %s: nd_builtin_cache: %w", q.rule, err)
+	}
+	held := make(map[string]int, len(cache))
+	for name, calls := range cache {
+		held[name] = calls.Len()
+	}
+	result, defined, err = q.eval(ctx, input, cache)
+	for name, calls := range cache {
+		if calls.Len() > held[name] {
+			unrecorded = append(unrecorded, name)
+		}
+	}
+	slices.Sort(unrecorded)
+	return result, defined, unrecorded, err
+}
+
+// ndCacheOf decodes an nd_builtin_cache. OPA writes each call's arguments
+// as the JSON of their array, as an object key; topdown looks calls up by
+// the array itself, so each key is decoded back into one (OPA's own
+// NDBCache.UnmarshalJSON keeps it a string, which no call matches).
+func ndCacheOf(nd []byte) (builtins.NDBCache, error) {
+	cache := builtins.NDBCache{}
+	if len(nd) == 0 {
+		return cache, nil
+	}
+	var byBuiltin map[string]map[string]any
+	if err := util.UnmarshalJSON(nd, &byBuiltin); err != nil {
+		return nil, err
+	}
+	for name, calls := range byBuiltin {
+		for key, value := range calls {
+			var args any
+			if err := util.UnmarshalJSON([]byte(key), &args); err != nil {
+				return nil, fmt.Errorf("%s: arguments %q: %w", name, key, err)
+			}
+			argsValue, err := ast.InterfaceToValue(args)
+			if err != nil {
+				return nil, fmt.Errorf("%s: arguments %q: %w", name, key, err)
+			}
+			if _, ok := argsValue.(*ast.Array); !ok {
+				return nil, fmt.Errorf("%s: arguments %q are not an array", name, key)
+			}
+			v, err := ast.InterfaceToValue(value)
+			if err != nil {
+				return nil, fmt.Errorf("%s: result of %s: %w", name, key, err)
+			}
+			cache.Put(name, argsValue, v)
+		}
+	}
+	return cache, nil
 }
 
 func (q *Query) eval(ctx context.Context, input []byte, cache builtins.NDBCache) (result any, defined bool, err error) {

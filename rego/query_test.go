@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // gatewayData is data.warden.servers as the gateway passes it from its
@@ -315,5 +316,45 @@ func TestEvalRecordedNondeterministicBuiltins(t *testing.T) {
 	}
 	if _, _, nd, err := q.EvalRecorded(context.Background(), []byte(`{"random": false}`)); err != nil || nd != nil {
 		t.Errorf("no non-deterministic builtin called: nd = %s, err = %v", nd, err)
+	}
+}
+
+// EvalReplayed answers the non-deterministic builtins from a recorded
+// nd_builtin_cache, so the replay decides with the recorded values, and
+// names the builtins whose calls the cache did not hold.
+func TestEvalReplayedUsesRecordedBuiltins(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "p.rego", "package p\n\nv := {\"now\": time.now_ns(), \"n\": rand.intn(input.key, 1000000)}\n")
+	p, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := Prepare(context.Background(), p, "data.p.v", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded, _, nd, err := q.EvalRecorded(context.Background(), []byte(`{"key": "k"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Millisecond) // time.now_ns would now be later
+	replayed, defined, unrecorded, err := q.EvalReplayed(context.Background(), []byte(`{"key": "k"}`), nd)
+	if err != nil || !defined || len(unrecorded) != 0 {
+		t.Fatalf("EvalReplayed = %v, %v, %v, %v", replayed, defined, unrecorded, err)
+	}
+	if !reflect.DeepEqual(replayed, recorded) {
+		t.Errorf("replayed %v, recorded %v", replayed, recorded)
+	}
+	// Other arguments for rand.intn: its value is fresh, and said to be.
+	_, _, unrecorded, err = q.EvalReplayed(context.Background(), []byte(`{"key": "other"}`), nd)
+	if err != nil || !reflect.DeepEqual(unrecorded, []string{"rand.intn"}) {
+		t.Errorf("unrecorded = %v, %v; want [rand.intn]", unrecorded, err)
+	}
+	_, _, unrecorded, err = q.EvalReplayed(context.Background(), []byte(`{"key": "k"}`), nil)
+	if err != nil || !reflect.DeepEqual(unrecorded, []string{"rand.intn", "time.now_ns"}) {
+		t.Errorf("without a cache, unrecorded = %v, %v", unrecorded, err)
+	}
+	if _, _, _, err := q.EvalReplayed(context.Background(), []byte(`{}`), []byte(`{"time.now_ns": {"not json": 1}}`)); err == nil {
+		t.Error("a cache whose arguments are not a JSON array was accepted")
 	}
 }

@@ -11,6 +11,7 @@
 //	mcp-warden policy test [dir…]
 //	mcp-warden policy eval --input input.json [--policy dir] [--config gateway.yaml]
 //	mcp-warden audit verify decisions.log.* decisions.log
+//	mcp-warden audit replay --config gateway.yaml decisions.log.* decisions.log
 package main
 
 import (
