@@ -312,6 +312,9 @@ func TestE2ENPMServersBehindOneGateway(t *testing.T) {
 		},
 	}
 	g, log := startGateway(t, cfg)
+	for _, st := range g.Status() {
+		require.True(t, st.Running, "server %s did not start: %v", st.Name, st.Err)
+	}
 	ctx := context.Background()
 	tools, err := g.ListTools(ctx, alice)
 	require.NoError(t, err)
