@@ -354,8 +354,8 @@ func internalError(err error) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
 }
 
-// Serve answers one downstream client on t (for example
-// &mcp.StdioTransport{}) as principal, until the client disconnects or ctx
+// Serve answers one downstream client on t (for example StdioTransport())
+// as principal, until the client disconnects or ctx
 // ends.
 func (g *Gateway) Serve(ctx context.Context, t mcp.Transport, principal policy.Principal) error {
 	transport := principal.Transport

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/mcp-warden/mcp-warden/policy"
 )
 
@@ -64,7 +62,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		metricsAddr := g.cfg.Metrics.HTTP
 		for _, l := range g.cfg.Listeners {
 			if l.Stdio {
-				go func() { done <- g.Serve(ctx, &mcp.StdioTransport{}, principal) }()
+				go func() { done <- g.Serve(ctx, StdioTransport(), principal) }()
 				continue
 			}
 			opts := HTTPOptions{AllowedOrigins: l.AllowedOrigins}

@@ -60,8 +60,17 @@ decision_log: {path: %s}
 	}
 	ctx := context.Background()
 	var pids []int // direct, relay, gateway, wasm: whose CPU time a latency run reports
-	connect := func(cmd *exec.Cmd) *mcp.ClientSession {
+	// Each process's stderr goes to a file, read back when a call fails.
+	stderrs := map[string]string{}
+	connect := func(name string, cmd *exec.Cmd) *mcp.ClientSession {
 		cmd.Env = append(os.Environ(), key+"="+value)
+		stderrs[name] = filepath.Join(dir, name+".stderr")
+		f, err := os.Create(stderrs[name])
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close() // the child has its own copy
+		cmd.Stderr = f
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -70,12 +79,12 @@ decision_log: {path: %s}
 		return cs
 	}
 	relayExe := testenv.BuildGo(b, "./testdata/servers/relay")
-	direct := connect(exec.Command(exe, "demo-server"))
-	relay := connect(exec.Command(relayExe, exe, "demo-server"))
-	gateway := connect(exec.Command(exe, "serve", "--config", config("gateway", ""), "--stdio"))
+	direct := connect("direct", exec.Command(exe, "demo-server"))
+	relay := connect("relay", exec.Command(relayExe, exe, "demo-server"))
+	gateway := connect("gateway", exec.Command(exe, "serve", "--config", config("gateway", ""), "--stdio"))
 	// The Wasm engine compiles the policy at start (a second or so the first
 	// time, then from its cache directory): started last, not timed.
-	wasm := connect(exec.Command(exe, "serve", "--config", config("wasm", "policy: {engine: wasm}\n"), "--stdio"))
+	wasm := connect("wasm", exec.Command(exe, "serve", "--config", config("wasm", "policy: {engine: wasm}\n"), "--stdio"))
 	defer func() {
 		_ = direct.Close()
 		_ = relay.Close()
@@ -83,6 +92,7 @@ decision_log: {path: %s}
 		_ = wasm.Close()
 		testenv.RequireNoProcess(b, key, value)
 	}()
+	paths := map[*mcp.ClientSession]string{direct: "direct", relay: "relay", gateway: "gateway", wasm: "wasm"}
 	callErr := func(cs *mcp.ClientSession, name string) error {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: map[string]any{"message": "benchmark"}})
 		if err == nil && res.IsError {
@@ -93,6 +103,10 @@ decision_log: {path: %s}
 				}
 			}
 			err = fmt.Errorf("%s: error result %q", name, text)
+		}
+		if err != nil {
+			path := paths[cs]
+			err = fmt.Errorf("%s: %w\n%s", path, err, failureContext(stderrs[path], filepath.Join(dir, path+".log")))
 		}
 		return err
 	}
@@ -207,6 +221,28 @@ decision_log: {path: %s}
 		b.ReportMetric(d.Seconds()/r.Seconds(), "relay/direct")
 		b.ReportMetric(0, "ns/op")
 	})
+}
+
+// failureContext says what a failed call's processes left behind: the last
+// lines of stderr, and the last decision log event that denied or failed.
+func failureContext(stderrPath, logPath string) string {
+	var out strings.Builder
+	if data, err := os.ReadFile(stderrPath); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		fmt.Fprintf(&out, "stderr (last %d lines):\n  %s\n", min(len(lines), 20), strings.Join(lines[max(0, len(lines)-20):], "\n  "))
+	}
+	if data, err := os.ReadFile(logPath); err == nil {
+		var last string
+		for line := range strings.Lines(string(data)) {
+			if !strings.Contains(line, `"allow":true`) {
+				last = line
+			}
+		}
+		if last != "" {
+			fmt.Fprintf(&out, "last decision log event not allowed:\n  %s", last)
+		}
+	}
+	return out.String()
 }
 
 // processCPU is the user+system CPU time each process has used so far

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcp-warden/mcp-warden/cmd/mcp-warden/internal/demoserver"
+	"github.com/mcp-warden/mcp-warden/gateway"
 )
 
 func demoServerCommand() *cobra.Command {
@@ -15,7 +16,9 @@ func demoServerCommand() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return demoserver.Run(cmd.Context(), os.Stdin, os.Stdout)
+			// Standard input through the poller, as serve --stdio reads it:
+			// see gateway.StdioTransport.
+			return demoserver.Run(cmd.Context(), gateway.StdioTransport().Reader, os.Stdout)
 		},
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"runtime/debug"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-warden/mcp-warden/gateway"
 )
 
 func main() {
@@ -43,7 +45,9 @@ func main() {
 			return next(ctx, method, req)
 		}
 	})
-	if err := s.Run(ctx, &mcp.StdioTransport{}); err != nil {
+	// Standard input as mcp-warden serve --stdio reads it (see
+	// gateway.StdioTransport): the floor must not hang where the gateway does not.
+	if err := s.Run(ctx, gateway.StdioTransport()); err != nil {
 		fmt.Fprintln(os.Stderr, "relay:", err)
 	}
 }
