@@ -390,9 +390,13 @@ func (p *Process) startDirect(spec Spec, env []string, st *stdio) error {
 // start runs cmd.Start and later cmd.Wait on one goroutine locked to its OS
 // thread: Pdeathsig fires when the creating thread exits (golang/go#27505),
 // so the thread must outlive the child. The goroutine never unlocks; its
-// thread ends after the child is reaped. Then status computes the exit error
-// and Done closes.
+// thread ends after the child is reaped. It waits for the child's exit in
+// the runtime's poller (awaitExit) before cmd.Wait, so that no thread of the
+// gateway sits in waitid(2) for the life of a server. Then status computes
+// the exit error and Done closes.
 func (p *Process) start(cmd *exec.Cmd, status func(*os.ProcessState) *ExitError) error {
+	pidfd := -1
+	cmd.SysProcAttr.PidFD = &pidfd
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -401,6 +405,7 @@ func (p *Process) start(cmd *exec.Cmd, status func(*os.ProcessState) *ExitError)
 			return
 		}
 		started <- nil
+		awaitExit(pidfd)
 		_ = cmd.Wait() // the status comes from ProcessState; ErrWaitDelay only means stderr was held open
 		p.exit = status(cmd.ProcessState)
 		close(p.done)
@@ -443,4 +448,37 @@ func (s *stdio) closeChildEnds() {
 func (s *stdio) closeParentEnds() {
 	s.in.Close()
 	s.out.Close()
+}
+
+// awaitExit returns when the process of pidfd has exited, waiting in the
+// runtime's poller (a pidfd is readable once its process has exited), and
+// closes pidfd; with no pidfd (-1) it returns at once and cmd.Wait blocks
+// in waitid(2) as before. A thread blocked in a system call that waits on
+// another process can stall a stop-the-world pause of the runtime until
+// the call returns (see RATIONALE, "Why standard input is read through the
+// poller"); for a server that runs for hours, that call is waitid.
+func awaitExit(pidfd int) {
+	if pidfd < 0 {
+		return
+	}
+	if err := syscall.SetNonblock(pidfd, true); err != nil {
+		_ = syscall.Close(pidfd)
+		return
+	}
+	f := os.NewFile(uintptr(pidfd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	waited := false
+	_ = rc.Read(func(uintptr) bool {
+		// The first call asks the poller to wait for readability; the
+		// second comes when the pidfd is readable: the process exited.
+		if waited {
+			return true
+		}
+		waited = true
+		return false
+	})
 }

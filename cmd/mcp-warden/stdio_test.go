@@ -20,7 +20,8 @@ import (
 
 // TestE2EStdioWaitsHoldNoThreadInRead: while `serve --stdio` and its demo
 // servers wait for their client's next message, none of them has a thread
-// blocked in read(2) on standard input. Such a thread is what hung calls
+// blocked in read(2) on standard input, and the gateway has none blocked in
+// waitid(2) for a server's exit. Such a thread is what hung calls
 // under load: a garbage-collector pause that began as the thread entered
 // the read waited for the read to return, that is for the client's next
 // message, while the client waited for its answer (RATIONALE.md, "Why
@@ -54,10 +55,10 @@ func TestE2EStdioWaitsHoldNoThreadInRead(t *testing.T) {
 	// several samples in a row.
 	deadline := time.Now().Add(testenv.Timeout)
 	for quiet := 0; quiet < 20; {
-		if in := threadsReadingStdin(t, pids); len(in) > 0 {
+		if in := threadsWaitingInSyscalls(t, pids); len(in) > 0 {
 			quiet = 0
 			if time.Now().After(deadline) {
-				t.Fatalf("after %v idle, threads still blocked in read(2) on stdin: %s", testenv.Timeout, strings.Join(in, "; "))
+				t.Fatalf("after %v idle, threads still blocked in read(2) on stdin or in waitid(2): %s", testenv.Timeout, strings.Join(in, "; "))
 			}
 		} else {
 			quiet++
@@ -66,9 +67,10 @@ func TestE2EStdioWaitsHoldNoThreadInRead(t *testing.T) {
 	}
 }
 
-// threadsReadingStdin lists the threads of pids that are in read(2) on fd
-// 0, from /proc/<pid>/task/<tid>/syscall ("nr arg0 …", or "running").
-func threadsReadingStdin(t *testing.T, pids map[int]string) []string {
+// threadsWaitingInSyscalls lists the threads of pids that are in read(2) on
+// fd 0 or in waitid(2), from /proc/<pid>/task/<tid>/syscall ("nr arg0 …",
+// or "running").
+func threadsWaitingInSyscalls(t *testing.T, pids map[int]string) []string {
 	var out []string
 	for pid, name := range pids {
 		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/syscall", pid))
@@ -80,8 +82,11 @@ func threadsReadingStdin(t *testing.T, pids map[int]string) []string {
 				continue // the thread ended
 			}
 			f := strings.Fields(string(data))
-			if len(f) >= 2 && f[0] == strconv.Itoa(syscall.SYS_READ) && f[1] == "0x0" {
-				out = append(out, fmt.Sprintf("%s (%d), thread %s", name, pid, filepath.Base(filepath.Dir(path))))
+			switch {
+			case len(f) >= 2 && f[0] == strconv.Itoa(syscall.SYS_READ) && f[1] == "0x0":
+				out = append(out, fmt.Sprintf("%s (%d), thread %s in read(2) on stdin", name, pid, filepath.Base(filepath.Dir(path))))
+			case len(f) >= 1 && f[0] == strconv.Itoa(syscall.SYS_WAITID):
+				out = append(out, fmt.Sprintf("%s (%d), thread %s in waitid(2)", name, pid, filepath.Base(filepath.Dir(path))))
 			}
 		}
 	}
