@@ -61,6 +61,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-warden/mcp-warden/gateway"
 )
 
 var object = json.RawMessage(`{"type":"object"}`)
@@ -315,7 +317,7 @@ func main() {
 		log.Fatal(http.ListenAndServe(*addr, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
 			&mcp.StreamableHTTPOptions{Stateless: *modern})))
 	}
-	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+	if err := s.Run(context.Background(), gateway.StdioTransport()); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-warden/mcp-warden/gateway"
 )
 
 var nameSchema = json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)
@@ -105,7 +107,7 @@ func main() {
 		}()
 		return done("asking later"), nil
 	})
-	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+	if err := s.Run(context.Background(), gateway.StdioTransport()); err != nil {
 		log.Fatal(err)
 	}
 }

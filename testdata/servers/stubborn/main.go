@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-warden/mcp-warden/gateway"
 )
 
 func main() {
@@ -61,7 +63,7 @@ func main() {
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "pong"}}}, nil, nil
 		})
-	err = server.Run(context.Background(), &mcp.StdioTransport{})
+	err = server.Run(context.Background(), gateway.StdioTransport())
 	fmt.Fprintf(os.Stderr, "stubborn: stdin closed (%v); staying alive\n", err)
 	sleepForever()
 }

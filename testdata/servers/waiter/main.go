@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-warden/mcp-warden/gateway"
 )
 
 func main() {
@@ -49,7 +51,7 @@ func main() {
 			log.Printf("ask %s", outcome)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: outcome}}}, nil
 		})
-	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+	if err := s.Run(context.Background(), gateway.StdioTransport()); err != nil {
 		fmt.Fprintln(os.Stderr, "waiter:", err)
 	}
 }
