@@ -104,11 +104,11 @@ func (r *callRegistry) progress(ctx context.Context, p *mcp.ProgressNotification
 
 // requester is the downstream request a server's request or log message
 // (with params p), sent by proc (nil: a remote server), belongs to. A
-// streamable-HTTP server's message sent on
-// the response stream of a call is that call's (the transport ties it to
-// the call; streamHTTP marks it, and the mark is removed here, before the
-// message goes on to the client); one whose call has ended belongs to
-// none. Other messages say nothing of the call they are for: see caller.
+// streamable-HTTP server's message sent on the response stream of a call
+// is that call's (the transport ties it to the call; streamHTTP marks it,
+// and the mark is removed here, before the message goes on to the
+// client); one whose call has ended belongs to none. Other messages say
+// nothing of the call they are for: see caller.
 //
 // p must not be a nil pointer.
 func (r *callRegistry) requester(p mcp.Params, proc *sandbox.Process) (requestMeta, bool) {
