@@ -15,12 +15,20 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-warden/mcp-warden/sandbox"
 )
 
 // callRegistry holds the downstream requests in flight on one upstream, so
 // that what the server sends while serving them — progress, log messages,
 // sampling and elicitation requests — reaches the downstream client that
 // made the request, and no other.
+//
+// Each call is held with the process it was sent to: a stdio server that
+// speaks both eras runs as two processes, one per link, and a message from
+// one of them belongs to a call on that process only. A remote server is
+// one server behind both its links: its calls are held with no process
+// (nil), and a message from either link may be any of them.
 type callRegistry struct {
 	// streamKey names the _meta member in which the upstream's
 	// streamable-HTTP transport marks a server request with the call whose
@@ -30,7 +38,14 @@ type callRegistry struct {
 
 	mu    sync.Mutex
 	next  uint64
-	calls map[string]requestMeta // gateway progress token → downstream request
+	calls map[string]callInFlight // gateway progress token → downstream request
+}
+
+// callInFlight is a downstream request in flight upstream, and the
+// process serving it (nil for a remote server).
+type callInFlight struct {
+	requestMeta
+	proc *sandbox.Process
 }
 
 // newStreamKey is the random name of an upstream's stream mark.
@@ -42,17 +57,18 @@ func newStreamKey() string {
 // call it sends to the HTTP transport (see streamHTTP).
 type streamCallKey struct{}
 
-// begin registers a downstream request and returns the gateway-unique id
-// that stands for its progress token upstream.
-func (r *callRegistry) begin(m requestMeta) (id string, done func()) {
+// begin registers a downstream request sent to proc (nil: a remote
+// server) and returns the id, unique on the upstream, that stands for its
+// progress token upstream.
+func (r *callRegistry) begin(m requestMeta, proc *sandbox.Process) (id string, done func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.calls == nil {
-		r.calls = map[string]requestMeta{}
+		r.calls = map[string]callInFlight{}
 	}
 	r.next++
 	id = "mcp-warden-" + strconv.FormatUint(r.next, 10)
-	r.calls[id] = m
+	r.calls[id] = callInFlight{requestMeta: m, proc: proc}
 	return id, func() {
 		r.mu.Lock()
 		delete(r.calls, id)
@@ -60,13 +76,21 @@ func (r *callRegistry) begin(m requestMeta) (id string, done func()) {
 	}
 }
 
-// progress maps the gateway's token back to the client's and forwards the
-// notification to the client's session.
-func (r *callRegistry) progress(ctx context.Context, p *mcp.ProgressNotificationParams) {
-	id, _ := p.ProgressToken.(string)
+// call is the request in flight under id that proc (nil: a remote
+// server) is serving: a process cannot name another's calls.
+func (r *callRegistry) call(id string, proc *sandbox.Process) (requestMeta, bool) {
 	r.mu.Lock()
-	m, ok := r.calls[id]
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	c, ok := r.calls[id]
+	return c.requestMeta, ok && c.proc == proc
+}
+
+// progress maps the gateway's token back to the client's and forwards the
+// notification, sent by proc (nil: a remote server), to the client's
+// session.
+func (r *callRegistry) progress(ctx context.Context, p *mcp.ProgressNotificationParams, proc *sandbox.Process) {
+	id, _ := p.ProgressToken.(string)
+	m, ok := r.call(id, proc)
 	if ok {
 		m, ok = m.now()
 	}
@@ -79,41 +103,44 @@ func (r *callRegistry) progress(ctx context.Context, p *mcp.ProgressNotification
 }
 
 // requester is the downstream request a server's request or log message
-// (with params p) belongs to. A streamable-HTTP server's message sent on
-// the response stream of a call is that call's (the transport ties it to
-// the call; streamHTTP marks it, and the mark is removed here, before the
-// message goes on to the client); one whose call has ended belongs to
-// none. Other messages say nothing of the call they are for: see caller.
+// (with params p), sent by proc (nil: a remote server), belongs to. A
+// streamable-HTTP server's message sent on the response stream of a call
+// is that call's (the transport ties it to the call; streamHTTP marks it,
+// and the mark is removed here, before the message goes on to the
+// client); one whose call has ended belongs to none. Other messages say
+// nothing of the call they are for: see caller.
 //
 // p must not be a nil pointer.
-func (r *callRegistry) requester(p mcp.Params) (requestMeta, bool) {
+func (r *callRegistry) requester(p mcp.Params, proc *sandbox.Process) (requestMeta, bool) {
 	meta := p.GetMeta()
 	id, marked := meta[r.streamKey]
 	if !marked {
-		return r.caller()
+		return r.caller(proc)
 	}
 	delete(meta, r.streamKey)
 	if len(meta) == 0 {
 		p.SetMeta(nil)
 	}
 	s, _ := id.(string)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m, ok := r.calls[s]
+	m, ok := r.call(s, proc)
 	return m, ok && m.session != nil
 }
 
-// caller is the one downstream request a message from the server belongs
-// to. The protocol does not tie log messages and legacy server→client
-// requests sent outside a call's response stream to a request, so they
-// are routed only when every request in flight on this upstream comes
-// from the same client session.
-func (r *callRegistry) caller() (requestMeta, bool) {
+// caller is the one downstream request a message from proc (nil: a remote
+// server) belongs to. The protocol does not tie log messages and legacy
+// server→client requests sent outside a call's response stream to a
+// request, so they are routed only when every request in flight on that
+// process (on a remote server: on either link) comes from the same client
+// session.
+func (r *callRegistry) caller(proc *sandbox.Process) (requestMeta, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var found requestMeta
-	for _, m := range r.calls {
-		switch {
+	for _, c := range r.calls {
+		if c.proc != proc {
+			continue
+		}
+		switch m := c.requestMeta; {
 		case m.session == nil:
 			return requestMeta{}, false
 		case found.session == nil:
@@ -145,10 +172,11 @@ func (m requestMeta) now() (requestMeta, bool) {
 	return m, true
 }
 
-// log relays a log message to the client of the call it belongs to (see
-// requester), at that client's level; with no such call it is dropped.
-func (r *callRegistry) log(ctx context.Context, p *mcp.LoggingMessageParams) {
-	m, ok := r.requester(p)
+// log relays a log message from proc (nil: a remote server) to the client
+// of the call it belongs to (see requester), at that client's level; with
+// no such call it is dropped.
+func (r *callRegistry) log(ctx context.Context, p *mcp.LoggingMessageParams, proc *sandbox.Process) {
+	m, ok := r.requester(p, proc)
 	if ok {
 		m, ok = m.now()
 	}
@@ -159,8 +187,8 @@ func (r *callRegistry) log(ctx context.Context, p *mcp.LoggingMessageParams) {
 
 var errNoCaller = errors.New("mcp-warden: no single client request in flight to relay this request to")
 
-func (r *callRegistry) createMessage(ctx context.Context, p *mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) {
-	m, ok := r.requester(p)
+func (r *callRegistry) createMessage(ctx context.Context, p *mcp.CreateMessageParams, proc *sandbox.Process) (*mcp.CreateMessageResult, error) {
+	m, ok := r.requester(p, proc)
 	if !ok {
 		return nil, errNoCaller
 	}
@@ -170,8 +198,8 @@ func (r *callRegistry) createMessage(ctx context.Context, p *mcp.CreateMessagePa
 	return m.session.CreateMessage(m.context(ctx), p)
 }
 
-func (r *callRegistry) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
-	m, ok := r.requester(p)
+func (r *callRegistry) elicit(ctx context.Context, p *mcp.ElicitParams, proc *sandbox.Process) (*mcp.ElicitResult, error) {
+	m, ok := r.requester(p, proc)
 	if !ok {
 		return nil, errNoCaller
 	}
@@ -189,11 +217,11 @@ func (r *callRegistry) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.El
 // never sent server→client requests), the gateway answers for itself: it
 // has no roots. A client that declared no roots capability gets the server
 // the error the spec prescribes for such a client: method not found.
-func (r *callRegistry) listRoots(ctx context.Context, p *mcp.ListRootsParams) (*mcp.ListRootsResult, error) {
+func (r *callRegistry) listRoots(ctx context.Context, p *mcp.ListRootsParams, proc *sandbox.Process) (*mcp.ListRootsResult, error) {
 	if p == nil { // roots/list may come without params
 		p = &mcp.ListRootsParams{}
 	}
-	m, ok := r.requester(p)
+	m, ok := r.requester(p, proc)
 	if ok && m.bridge != nil {
 		return askBridged[*mcp.ListRootsResult](ctx, m.bridge, "roots/list", p)
 	}

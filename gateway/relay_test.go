@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mcp-warden/mcp-warden/sandbox"
 	"github.com/mcp-warden/mcp-warden/testdata/testenv"
 )
 
@@ -122,36 +123,89 @@ func TestSSEBodyMarksTheLogMessagesOfItsCall(t *testing.T) {
 func TestLogMessagesGoToTheCallOfTheirStream(t *testing.T) {
 	r := &callRegistry{streamKey: "mcp-warden.stream.K"}
 	alice, bob := &mcp.ServerSession{}, &mcp.ServerSession{}
-	alices, endAlices := r.begin(requestMeta{session: alice, requestID: "a"})
-	_, endBobs := r.begin(requestMeta{session: bob, requestID: "b"})
+	alices, endAlices := r.begin(requestMeta{session: alice, requestID: "a"}, nil)
+	_, endBobs := r.begin(requestMeta{session: bob, requestID: "b"}, nil)
 	defer endBobs()
 
 	marked := func(id string) *mcp.LoggingMessageParams {
 		return &mcp.LoggingMessageParams{Meta: mcp.Meta{r.streamKey: id}, Level: "info", Data: "d"}
 	}
 	p := marked(alices)
-	m, ok := r.requester(p)
+	m, ok := r.requester(p, nil)
 	require.True(t, ok)
 	assert.Equal(t, "a", m.requestID)
 	assert.Nil(t, p.Meta, "the mark does not reach the client")
 	kept := &mcp.LoggingMessageParams{Meta: mcp.Meta{r.streamKey: alices, "x": "y"}}
-	_, ok = r.requester(kept)
+	_, ok = r.requester(kept, nil)
 	require.True(t, ok)
 	assert.Equal(t, mcp.Meta{"x": "y"}, kept.Meta)
 
-	_, ok = r.requester(&mcp.LoggingMessageParams{Level: "info"})
+	_, ok = r.requester(&mcp.LoggingMessageParams{Level: "info"}, nil)
 	assert.False(t, ok, "unmarked with two clients' calls in flight: dropped")
 
 	endAlices()
 	p = marked(alices)
-	_, ok = r.requester(p)
+	_, ok = r.requester(p, nil)
 	assert.False(t, ok, "its call has ended: dropped, not given to bob")
 	assert.Nil(t, p.Meta)
-	_, ok = r.requester(&mcp.LoggingMessageParams{Meta: mcp.Meta{r.streamKey: 7}})
+	_, ok = r.requester(&mcp.LoggingMessageParams{Meta: mcp.Meta{r.streamKey: 7}}, nil)
 	assert.False(t, ok, "a mark that is no call's string")
-	m, ok = r.requester(&mcp.LoggingMessageParams{Level: "info"})
+	m, ok = r.requester(&mcp.LoggingMessageParams{Level: "info"}, nil)
 	require.True(t, ok, "unmarked with one client's call in flight")
 	assert.Same(t, bob, m.session)
+}
+
+// TestMessagesOfAProcessGoToItsOwnCalls: a stdio server that speaks both
+// eras is two processes sharing one registry (one progress token count):
+// an unmarked message from one process goes to the single client of the
+// calls in flight on that process, whoever has calls on the other, and is
+// dropped when two clients have calls there; a process's progress reaches
+// only its own calls, even under another's token. A remote server's
+// messages (no process) count the calls on both its links.
+func TestMessagesOfAProcessGoToItsOwnCalls(t *testing.T) {
+	var r callRegistry
+	legacy, modern := &sandbox.Process{}, &sandbox.Process{}
+	alice, bob, carol := &mcp.ServerSession{}, &mcp.ServerSession{}, &mcp.ServerSession{}
+	alices, endAlices := r.begin(requestMeta{session: alice, requestID: "a"}, legacy)
+	defer endAlices()
+	bobs, endBobs := r.begin(requestMeta{session: bob, requestID: "b", modern: true}, modern)
+	assert.NotEqual(t, alices, bobs, "progress tokens are unique on the upstream")
+
+	unmarked := func() *mcp.LoggingMessageParams { return &mcp.LoggingMessageParams{Level: "info"} }
+	m, ok := r.requester(unmarked(), legacy)
+	require.True(t, ok, "alice's is the only call on the legacy process")
+	assert.Same(t, alice, m.session)
+	m, ok = r.requester(unmarked(), modern)
+	require.True(t, ok, "bob's is the only call on the modern process")
+	assert.Same(t, bob, m.session)
+	_, ok = r.call(bobs, legacy)
+	assert.False(t, ok, "the legacy process cannot name bob's call")
+	m, ok = r.call(bobs, modern)
+	require.True(t, ok)
+	assert.Same(t, bob, m.session)
+
+	_, endCarols := r.begin(requestMeta{session: carol, requestID: "c"}, legacy)
+	_, ok = r.requester(unmarked(), legacy)
+	assert.False(t, ok, "two clients' calls on the legacy process")
+	m, ok = r.requester(unmarked(), modern)
+	require.True(t, ok, "the modern process still has one caller")
+	assert.Same(t, bob, m.session)
+	endCarols()
+	endBobs()
+	_, ok = r.requester(unmarked(), modern)
+	assert.False(t, ok, "no call in flight on the modern process")
+
+	// Over HTTP both links are one server's: its messages see every call.
+	var remote callRegistry
+	_, endAlices = remote.begin(requestMeta{session: alice, requestID: "a"}, nil)
+	defer endAlices()
+	_, endBobs = remote.begin(requestMeta{session: bob, requestID: "b", modern: true}, nil)
+	_, ok = remote.requester(unmarked(), nil)
+	assert.False(t, ok, "two clients' calls on one remote server")
+	endBobs()
+	m, ok = remote.requester(unmarked(), nil)
+	require.True(t, ok)
+	assert.Same(t, alice, m.session)
 }
 
 // hearing records the log messages (their data) each client is sent.
@@ -390,4 +444,117 @@ func TestE2ESingleCallerRuleOnStdioAndSSEServers(t *testing.T) {
 	atOnce(t, ctx, "stdio__note", map[string]*mcp.ClientSession{"bob": bob}, func(string) string { return "bob alone" }, nil, nil)
 	assert.Equal(t, []string{"bob alone"}, h.await(t, "bob", 1))
 	assert.Equal(t, []string{"alone on stdio", "alone on sse"}, h.of("alice"))
+}
+
+// TestE2EEachProcessOfADualEraStdioServerHasItsOwnCallers: a stdio server
+// that speaks both eras runs as two processes, one per link, and what one
+// process sends says nothing of its call, so the single-caller rule counts
+// the calls in flight on that process only. A 2025-11-25 client's call in
+// flight on the legacy process does not keep the modern process's log
+// message from the 2026-07-28 client whose call is the only one there, nor
+// does that call keep the legacy process's log message and elicitation
+// from the legacy client. Two clients' calls on one process still have
+// their log messages dropped and the server's sampling refused.
+func TestE2EEachProcessOfADualEraStdioServerHasItsOwnCallers(t *testing.T) {
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	_, url, oplog, _ := askerServersGateway(t, InputRequestsConfig{}, ServerConfig{Name: "modern", Command: asker, Args: []string{"-modern"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var h hearing
+	asked := make(chan string, 1)
+	release := make(chan struct{})
+	alice := legacyClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "alice"),
+		ElicitationHandler: func(rctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked <- req.Params.Message
+			select { // alice's call stays in flight meanwhile
+			case <-release:
+			case <-rctx.Done():
+			case <-ctx.Done(): // the test failed: let the gateway close
+			}
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+		}})
+	carol := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "carol"),
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			t.Error("carol is asked to sample while alice's call is in flight on the same process")
+			return nil, errors.New("unexpected")
+		}})
+	for _, cs := range []*mcp.ClientSession{alice, carol} {
+		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
+	}
+	bob := modernClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "bob")})
+	dave := modernClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "dave")})
+	info := func(string) mcp.Meta { return mcp.Meta{mcp.MetaKeyLogLevel: "info"} }
+	// confirm calls confirm as alice (on the legacy process) and returns
+	// once the server's elicitation reached her; her call stays in flight
+	// until release is sent, then answers on the channel returned.
+	confirm := func(question string) <-chan string {
+		t.Helper()
+		confirmed := make(chan string, 1)
+		go func() {
+			defer close(confirmed)
+			res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "confirm", Arguments: map[string]any{"question": question}})
+			if assert.NoError(t, err) {
+				confirmed <- text(t, res)
+			}
+		}()
+		select {
+		case got := <-asked:
+			require.Equal(t, question, got)
+		case <-ctx.Done():
+			require.FailNow(t, "alice is not asked "+question)
+		}
+		return confirmed
+	}
+
+	// Alice's call is in flight on the legacy process; bob's, on the
+	// modern one, sends its log message and stays in flight: bob hears it.
+	confirmed := confirm("alice first?")
+	holdCtx, stopHold := context.WithCancel(ctx)
+	defer stopHold()
+	held := make(chan error, 1)
+	go func() {
+		_, err := bob.CallTool(holdCtx, &mcp.CallToolParams{Name: "hold", Meta: info("bob"),
+			Arguments: map[string]any{"text": "bob while alice waits"}})
+		held <- err
+	}()
+	assert.Equal(t, []string{"bob while alice waits"}, h.await(t, "bob", 1), "the modern process's log message reaches its only caller")
+	release <- struct{}{}
+	assert.Equal(t, "accept ok=true", <-confirmed)
+
+	// Bob's call is in flight on the modern process: the legacy process's
+	// log message and elicitation reach alice, its only caller.
+	atOnce(t, ctx, "note", map[string]*mcp.ClientSession{"alice": alice}, func(string) string { return "alice while bob holds" }, nil, nil)
+	assert.Equal(t, []string{"alice while bob holds"}, h.await(t, "alice", 1), "the legacy process's log message reaches its only caller")
+	confirmed = confirm("alice second?")
+	release <- struct{}{}
+	assert.Equal(t, "accept ok=true", <-confirmed)
+	stopHold()
+	require.Error(t, <-held)
+	require.Eventually(t, func() bool { return strings.Contains(oplog.String(), "hold cancelled") }, 10*time.Second, 10*time.Millisecond,
+		"bob's call is cancelled on the modern process")
+
+	// Two clients on one process: the single-caller rule. Carol's sampling
+	// is refused while alice's call is in flight on the legacy process, and
+	// both clients' log messages are dropped there; so are two 2026-07-28
+	// clients' on the modern process.
+	confirmed = confirm("alice third?")
+	res, err := carol.CallTool(ctx, &mcp.CallToolParams{Name: "sample", Arguments: map[string]any{"prompt": "carol?"}})
+	require.NoError(t, err)
+	assert.Contains(t, text(t, res), "no single client request in flight")
+	release <- struct{}{}
+	assert.Equal(t, "accept ok=true", <-confirmed)
+	atOnce(t, ctx, "note", map[string]*mcp.ClientSession{"alice": alice, "carol": carol},
+		func(who string) string { return who + " together on legacy" }, nil, nil)
+	atOnce(t, ctx, "note", map[string]*mcp.ClientSession{"bob": bob, "dave": dave},
+		func(who string) string { return who + " together on modern" }, info, nil)
+
+	// A log message let through while two clients were in flight would
+	// have come before these.
+	atOnce(t, ctx, "note", map[string]*mcp.ClientSession{"carol": carol}, func(string) string { return "carol alone" }, nil, nil)
+	atOnce(t, ctx, "note", map[string]*mcp.ClientSession{"dave": dave}, func(string) string { return "dave alone" }, info, nil)
+	assert.Equal(t, []string{"carol alone"}, h.await(t, "carol", 1))
+	assert.Equal(t, []string{"dave alone"}, h.await(t, "dave", 1))
+	assert.Equal(t, []string{"alice while bob holds"}, h.of("alice"))
+	assert.Equal(t, []string{"bob while alice waits"}, h.of("bob"))
 }

@@ -147,7 +147,7 @@ func (u *upstream) connect(ctx context.Context, env map[string]string, version s
 	sc := u.cfg
 	l := &link{}
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcp-warden", Version: Version}, u.clientOptions(l))
-	client.AddReceivingMiddleware(u.relayRequests)
+	client.AddReceivingMiddleware(u.relayRequests(l))
 	l.client = client
 	var t mcp.Transport
 	if sc.URL != "" {
@@ -223,37 +223,39 @@ func (u *upstream) clientOptions(l *link) *mcp.ClientOptions {
 		},
 		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
 			defer l.relayed.done()
-			u.calls.progress(ctx, req.Params)
+			u.calls.progress(ctx, req.Params, l.proc)
 		},
 		LoggingMessageHandler: func(ctx context.Context, req *mcp.LoggingMessageRequest) {
 			defer l.relayed.done()
-			u.calls.log(ctx, req.Params)
+			u.calls.log(ctx, req.Params, l.proc)
 		},
 		// These declare the capabilities; relayRequests answers the requests.
 		CreateMessageHandler: func(ctx context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-			return u.calls.createMessage(ctx, req.Params)
+			return u.calls.createMessage(ctx, req.Params, l.proc)
 		},
 		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			return u.calls.elicit(ctx, req.Params)
+			return u.calls.elicit(ctx, req.Params, l.proc)
 		},
 	}
 }
 
 // relayRequests hands the server's sampling, elicitation and roots requests
-// to the client they are for, untouched: the SDK's own handling would first check
-// them against its own reading of the schema rules, and the client, not the
-// gateway, is the one to judge them.
-func (u *upstream) relayRequests(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		switch r := req.(type) {
-		case *mcp.ElicitRequest:
-			return u.calls.elicit(ctx, r.Params)
-		case *mcp.CreateMessageRequest:
-			return u.calls.createMessage(ctx, r.Params)
-		case *mcp.ListRootsRequest:
-			return u.calls.listRoots(ctx, r.Params)
+// arriving on l to the client they are for, untouched: the SDK's own
+// handling would first check them against its own reading of the schema
+// rules, and the client, not the gateway, is the one to judge them.
+func (u *upstream) relayRequests(l *link) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			switch r := req.(type) {
+			case *mcp.ElicitRequest:
+				return u.calls.elicit(ctx, r.Params, l.proc)
+			case *mcp.CreateMessageRequest:
+				return u.calls.createMessage(ctx, r.Params, l.proc)
+			case *mcp.ListRootsRequest:
+				return u.calls.listRoots(ctx, r.Params, l.proc)
+			}
+			return next(ctx, method, req)
 		}
-		return next(ctx, method, req)
 	}
 }
 
@@ -354,7 +356,7 @@ func forward[R any](ctx context.Context, u *upstream, send func(context.Context,
 	}
 	u.g.inflight.add()
 	defer u.g.inflight.done()
-	id, done := u.calls.begin(m)
+	id, done := u.calls.begin(m, l.proc)
 	defer done()
 	ctx = context.WithValue(ctx, streamCallKey{}, id)
 	if !m.modern {

@@ -29,6 +29,10 @@
 //     streamable HTTP: on the standalone GET stream) and followed by a ping
 //     on the same stream, so that the client has read it before the call
 //     answers.
+//   - hold {"text"}: sends the log message text (level info, logger
+//     "asker") on its call and stays in flight until it is cancelled,
+//     which writes "hold cancelled" to stderr: a call in flight on this
+//     process for as long as its client wants, in either era.
 //
 // The prompt approval {"question"} elicits its question and answers with
 // one user message "<action> ok=<value>"; the resource asker://secret
@@ -289,6 +293,15 @@ func main() {
 				return failed(ctx, "note", err), nil
 			}
 			return done("noted"), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "hold", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if err := req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: "asker", Data: argument(req, "text")}); err != nil {
+				return done("error: " + err.Error()), nil
+			}
+			<-ctx.Done()
+			log.Printf("hold cancelled")
+			return nil, ctx.Err()
 		})
 	s.AddPrompt(&mcp.Prompt{Name: "approval", Arguments: []*mcp.PromptArgument{{Name: "question"}}},
 		func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
