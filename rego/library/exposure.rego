@@ -17,7 +17,11 @@ package mcp.warden
 # is part of the body, since OPA's Wasm code inserts every rule's value into a
 # memo table that rehashes itself past five entries (see RATIONALE.md, "Why
 # the default decision is one `else` chain"). The block list is checked after
-# an allow pattern matched, so a hidden item does not pay for it.
+# an allow pattern matched, so a hidden item does not pay for it. The default
+# false is a value the memo keeps, where undefined is not: the cases of
+# decision that read `not exposed` do not evaluate it again.
+default exposed := false
+
 exposed if {
 	filter := item_filter(input.action)
 	name := item_name(input.action)
