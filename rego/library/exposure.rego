@@ -7,11 +7,12 @@ package mcp.warden
 #	 "resources": {"allow": [globs], "block": [globs]},  # resources, by URI (templates by URI template)
 #	 "prompts": {"allow": [globs], "block": [globs]}}    # prompts, by upstream name
 #
-# some allow pattern matches the item's name and no block pattern does. No
-# entry, or no allow list, exposes nothing.
+# some allow pattern matches the item's name and no block pattern does, and
+# is false otherwise. No entry, or no allow list, exposes nothing.
 #
 # Patterns are glob.match patterns without delimiters: "*" matches any name,
 # dots and slashes included.
+#
 # exposed is one rule, the only one of exposure that the evaluation memoises:
 # the item's filter and name are functions of the action, and the block check
 # is part of the body, since OPA's Wasm code inserts every rule's value into a
