@@ -22,8 +22,7 @@ default decision := {
 decision := {"allow": true, "reason": "tool exposed by data.warden.servers and not denied"} if {
 	kind
 	exposed
-	count(denials) == 0
-	not malformed_deny
+	not has_denials
 } else := {"allow": false, "reason": concat("; ", sort(denials))} if {
 	kind
 	exposed
@@ -39,7 +38,7 @@ decision := {"allow": true, "reason": "tool exposed by data.warden.servers and n
 	kind
 	listing
 	not exposed
-	reason := concat("", [kind, ` "`, item_name, `" of server "`, input.server.name, `" is not exposed by data.warden.servers`])
+	reason := concat("", [kind, ` "`, item_name(input.action), `" of server "`, input.server.name, `" is not exposed by data.warden.servers`])
 }
 
 # The reasons are built with concat, not sprintf: OPA's Wasm runtime has
@@ -77,9 +76,11 @@ listing if endswith(input.action, "/list")
 # and the decision falls back to the default deny.
 denials := {reason | some reason in data.mcp.warden.deny}
 
-# deny written as something other than a partial set (`deny := "why"`, say)
-# would add no reason to denials: it falls back to the default deny instead.
-malformed_deny if {
-	d := data.mcp.warden.deny
-	not is_set(d)
-}
+# has_denials holds when deny is defined and is anything but the empty set:
+# reasons, or deny written as something other than a partial set
+# (`deny := "why"`, say); either way the decision is not "allowed". It is one
+# rule, not `count(denials) == 0` and a check of deny's type, so that an
+# allowed decision memoises one value fewer. (`not data.mcp.warden.deny !=
+# set()` in the body would not do: the compiler evaluates the reference
+# before the `not`, and an undefined deny would fail it.)
+has_denials if data.mcp.warden.deny != set()

@@ -105,6 +105,12 @@ test_deny_that_is_not_a_set_denies_by_default if {
 	decide(call_of("open", "echo")) == default_deny with warden.deny as "a reason"
 	decide(list_of("open", "echo")).allow == false with warden.deny as ["a reason"]
 	decide(call_of("open", "echo")) == default_deny with warden.deny as true
+	decide(call_of("open", "echo")) == default_deny with warden.deny as false
+	decide(call_of("open", "echo")) == default_deny with warden.deny as null
+	decide(call_of("open", "echo")) == default_deny with warden.deny as []
+	decide(call_of("open", "echo")) == default_deny with warden.deny as {}
+	decide(call_of("open", "echo")) == default_deny with warden.deny as ""
+	decide(call_of("files", "read_file")) == default_deny with warden.deny as 0
 }
 
 test_no_denial_allows if {

@@ -100,12 +100,23 @@ test_glob_matches_is_undefined_where_glob_match_is if {
 }
 
 test_literal_and_prefix_patterns_take_the_fast_path if {
-	fast := {p | some p in glob_patterns; warden.glob_literal(p)}
+	fast := {p | some p in glob_patterns; fast_path(p)}
 	count(fast) > 25
 	every p in ["a*b", "*a", "a?", "[ab]", "{a,b}", "a\\*", "a**", 7, null] {
-		not warden.glob_literal(p)
+		not fast_path(p)
 	}
 	every p in ["", "*", "read_", "read_*", "a.b/c-d *", "a,b", "!a", "a]", "a}*"] {
-		warden.glob_literal(p)
+		fast_path(p)
 	}
+	warden.glob_prefix("read_*") == "read_"
+	not warden.glob_prefix("read_")
+}
+
+# fast_path holds for a pattern glob_matches matches with string builtins:
+# a prefix* pattern, or a string without glob syntax.
+fast_path(p) if warden.glob_prefix(p)
+
+fast_path(p) if {
+	is_string(p)
+	warden.no_glob_syntax(p)
 }
