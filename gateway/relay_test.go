@@ -394,14 +394,7 @@ func TestE2ESingleCallerRuleOnStdioAndSSEServers(t *testing.T) {
 	asked := make(chan string, 1)
 	release := make(chan struct{})
 	alice := legacyClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "alice"),
-		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			asked <- req.Params.Message
-			select { // alice's call stays in flight meanwhile
-			case <-release:
-			case <-ctx.Done():
-			}
-			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
-		}})
+		ElicitationHandler: heldElicitation(ctx, asked, release)})
 	bob := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "bob"),
 		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 			t.Error("bob is asked to sample while alice's call is in flight on the same server")
@@ -465,15 +458,7 @@ func TestE2EEachProcessOfADualEraStdioServerHasItsOwnCallers(t *testing.T) {
 	asked := make(chan string, 1)
 	release := make(chan struct{})
 	alice := legacyClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "alice"),
-		ElicitationHandler: func(rctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			asked <- req.Params.Message
-			select { // alice's call stays in flight meanwhile
-			case <-release:
-			case <-rctx.Done():
-			case <-ctx.Done(): // the test failed: let the gateway close
-			}
-			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
-		}})
+		ElicitationHandler: heldElicitation(ctx, asked, release)})
 	carol := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "carol"),
 		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 			t.Error("carol is asked to sample while alice's call is in flight on the same process")
@@ -557,4 +542,19 @@ func TestE2EEachProcessOfADualEraStdioServerHasItsOwnCallers(t *testing.T) {
 	assert.Equal(t, []string{"dave alone"}, h.await(t, "dave", 1))
 	assert.Equal(t, []string{"alice while bob holds"}, h.of("alice"))
 	assert.Equal(t, []string{"bob while alice waits"}, h.of("bob"))
+}
+
+// heldElicitation answers an elicitation by sending its message on asked
+// and accepting only once release is closed (or the request or the test
+// ends), so that the call that asked stays in flight meanwhile.
+func heldElicitation(ctx context.Context, asked chan<- string, release <-chan struct{}) func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	return func(rctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		asked <- req.Params.Message
+		select {
+		case <-release:
+		case <-rctx.Done():
+		case <-ctx.Done(): // the test failed: let the gateway close
+		}
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+	}
 }
