@@ -88,3 +88,6 @@ func AwaitWarm(pl *Pool, net Network) (int, error) {
 		<-filling
 	}
 }
+
+// AwaitExit is awaitExit, for a pidfd the test obtained itself.
+func AwaitExit(pidfd int) { awaitExit(pidfd) }

@@ -471,14 +471,14 @@ func awaitExit(pidfd int) {
 	if err != nil {
 		return
 	}
-	waited := false
-	_ = rc.Read(func(uintptr) bool {
-		// The first call asks the poller to wait for readability; the
-		// second comes when the pidfd is readable: the process exited.
-		if waited {
-			return true
-		}
-		waited = true
-		return false
+	_ = rc.Read(func(fd uintptr) bool {
+		// Read resets the poller's readiness before its first call, so an
+		// exit that came before is asked of the kernel, not assumed either
+		// way: waitid without waiting (WNOHANG) or reaping (WNOWAIT, the
+		// child stays for cmd.Wait). An exit after that reset wakes the
+		// poller. An error ends the wait; cmd.Wait then blocks as before.
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		return err != nil || info.Signo != 0
 	})
 }
