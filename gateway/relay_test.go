@@ -396,10 +396,7 @@ func TestE2ESingleCallerRuleOnStdioAndSSEServers(t *testing.T) {
 	alice := legacyClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "alice"),
 		ElicitationHandler: heldElicitation(ctx, asked, release)})
 	bob := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "bob"),
-		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-			t.Error("bob is asked to sample while alice's call is in flight on the same server")
-			return nil, errors.New("unexpected")
-		}})
+		CreateMessageHandler: unexpectedSampling(t, "bob is asked to sample while alice's call is in flight on the same server")})
 	for _, cs := range []*mcp.ClientSession{alice, bob} {
 		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
 	}
@@ -460,10 +457,7 @@ func TestE2EEachProcessOfADualEraStdioServerHasItsOwnCallers(t *testing.T) {
 	alice := legacyClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "alice"),
 		ElicitationHandler: heldElicitation(ctx, asked, release)})
 	carol := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "carol"),
-		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-			t.Error("carol is asked to sample while alice's call is in flight on the same process")
-			return nil, errors.New("unexpected")
-		}})
+		CreateMessageHandler: unexpectedSampling(t, "carol is asked to sample while alice's call is in flight on the same process")})
 	for _, cs := range []*mcp.ClientSession{alice, carol} {
 		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
 	}
@@ -556,5 +550,14 @@ func heldElicitation(ctx context.Context, asked chan<- string, release <-chan st
 		case <-ctx.Done(): // the test failed: let the gateway close
 		}
 		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+	}
+}
+
+// unexpectedSampling fails the test with why if the server's sampling
+// request reaches the client, and refuses it.
+func unexpectedSampling(t *testing.T, why string) func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	return func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+		t.Error(why)
+		return nil, errors.New("unexpected")
 	}
 }
