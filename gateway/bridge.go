@@ -109,17 +109,23 @@ func newInputBridge(cfg InputRequestsConfig, logger *slog.Logger) *inputBridge {
 		parked: map[string]*bridgedCall{}, perPrincipal: map[string]int{}}
 }
 
-// forwardBridged sends the downstream request in ctx upstream (call),
+// forwardBridged sends the downstream request in ctx upstream (call, given
+// the instance of u that serves principal: see Gateway.instanceFor),
 // through g's input bridge when a 2026-07-28 client's request goes to a
 // server of an older era, which asks for input with requests of its own.
 func forwardBridged[R mcp.Result](g *Gateway, ctx context.Context, principal policy.Principal, u *upstream,
-	req bridgedRequest, call func(context.Context) (R, error)) (R, error) {
-	if !requestMetaFrom(ctx).modern || u.modern != nil {
-		return call(ctx)
-	}
+	req bridgedRequest, call func(context.Context, *upstream) (R, error)) (R, error) {
 	var zero R
+	u, release, err := g.instanceFor(ctx, u, principal)
+	if err != nil {
+		return zero, err
+	}
+	defer release()
+	if !requestMetaFrom(ctx).modern || u.modern != nil {
+		return call(ctx, u)
+	}
 	res, asked, state, err := g.inputs.call(ctx, principal, req, &u.legacy.relayed, g.inBackground,
-		func(ctx context.Context) (mcp.Result, error) { return call(ctx) })
+		func(ctx context.Context) (mcp.Result, error) { return call(ctx, u) })
 	switch {
 	case err != nil:
 		return zero, err

@@ -75,6 +75,9 @@ type ServerConfig struct {
 	// Restart says whether a stdio server whose process exits is started
 	// again, and with which backoff (see RestartConfig).
 	Restart RestartConfig `yaml:"restart" json:"restart"`
+	// Instances says whether the server runs once for every client (the
+	// default) or once per principal (see InstancesConfig).
+	Instances InstancesConfig `yaml:"instances" json:"instances"`
 	// Tools holds the allow and block lists handed to the policy as data.
 	Tools ToolFilter `yaml:"tools" json:"tools"`
 	// Sandbox is the server's confinement profile: mode (require or

@@ -184,7 +184,7 @@ func TestLoadConfigFixtureErrors(t *testing.T) {
 		want []string // full messages, fixture path stripped
 	}{{
 		file: "unknown_key.yaml",
-		want: []string{":4: servers[0].tool: unknown key; did you mean tools? known keys here: name, command, args, cwd, env, secrets, call_timeout, restart, tools, sandbox, resources, prompts, url, transport, headers, header_secrets, allow_private_network, proxy, ca_file"},
+		want: []string{":4: servers[0].tool: unknown key; did you mean tools? known keys here: name, command, args, cwd, env, secrets, call_timeout, restart, instances, tools, sandbox, resources, prompts, url, transport, headers, header_secrets, allow_private_network, proxy, ca_file"},
 	}, {
 		file: "bad_type.yaml",
 		want: []string{`:4: servers[0].args: want a list, got the number 3; write a list, e.g. ["-y", "some-server"]`},

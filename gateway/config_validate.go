@@ -235,6 +235,7 @@ func (c *Config) validate() []*ConfigError {
 			bad(key+".call_timeout", fmt.Sprintf("negative (%s)", s.CallTimeout), fmt.Sprintf(`use a duration such as "30s", or 0 for the default (%s)`, DefaultCallTimeout))
 		}
 		s.Restart.problems(key+".restart", s.URL != "", bad)
+		s.Instances.problems(key+".instances", bad)
 	}
 
 	if c.Naming != "" && c.Naming != NamingPrefix && c.Naming != NamingFirst {

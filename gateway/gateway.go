@@ -538,8 +538,8 @@ func (g *Gateway) CallTool(ctx context.Context, principal policy.Principal, name
 	if args == nil {
 		args = map[string]any{} // servers reject a null arguments object
 	}
-	call := func(ctx context.Context) (*mcp.CallToolResult, error) {
-		return forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.CallToolResult, error) {
+	call := func(ctx context.Context, u *upstream) (*mcp.CallToolResult, error) {
+		return forward(ctx, u, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.CallToolResult, error) {
 			down := requestMetaFrom(ctx)
 			return s.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: e.tool.Name, Arguments: args,
 				InputResponses: down.inputResponses, RequestState: down.requestState})

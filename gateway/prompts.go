@@ -30,8 +30,8 @@ func (g *Gateway) GetPrompt(ctx context.Context, principal policy.Principal, par
 	if err != nil {
 		return nil, err
 	}
-	call := func(ctx context.Context) (*mcp.GetPromptResult, error) {
-		return forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.GetPromptResult, error) {
+	call := func(ctx context.Context, u *upstream) (*mcp.GetPromptResult, error) {
+		return forward(ctx, u, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.GetPromptResult, error) {
 			return s.GetPrompt(ctx, &mcp.GetPromptParams{Meta: meta, Name: e.prompt.Name, Arguments: params.Arguments,
 				InputResponses: params.InputResponses, RequestState: params.RequestState})
 		})
@@ -117,7 +117,12 @@ func (g *Gateway) Complete(ctx context.Context, principal policy.Principal, para
 	if caps := u.capabilities(); caps == nil || caps.Completions == nil {
 		return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{}}}, nil
 	}
-	res, err := forward(ctx, u, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.CompleteResult, error) {
+	inst, release, err := g.instanceFor(ctx, u, principal)
+	if err != nil {
+		return nil, upstreamError(u, err)
+	}
+	defer release()
+	res, err := forward(ctx, inst, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.CompleteResult, error) {
 		return s.Complete(ctx, &mcp.CompleteParams{Meta: meta, Ref: &ref, Argument: params.Argument, Context: params.Context})
 	})
 	if err != nil {

@@ -76,6 +76,13 @@ func (r *callRegistry) begin(m requestMeta, proc *sandbox.Process) (id string, d
 	}
 }
 
+// inFlight reports whether any request is in flight.
+func (r *callRegistry) inFlight() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.calls) > 0
+}
+
 // call is the request in flight under id that proc (nil: a remote
 // server) is serving: a process cannot name another's calls.
 func (r *callRegistry) call(id string, proc *sandbox.Process) (requestMeta, bool) {

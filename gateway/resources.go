@@ -46,8 +46,8 @@ func (g *Gateway) ReadResource(ctx context.Context, principal policy.Principal, 
 	if err != nil {
 		return nil, err
 	}
-	call := func(ctx context.Context) (*mcp.ReadResourceResult, error) {
-		return forward(ctx, e.upstream, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.ReadResourceResult, error) {
+	call := func(ctx context.Context, u *upstream) (*mcp.ReadResourceResult, error) {
+		return forward(ctx, u, func(ctx context.Context, s *mcp.ClientSession, meta mcp.Meta) (*mcp.ReadResourceResult, error) {
 			return s.ReadResource(ctx, &mcp.ReadResourceParams{Meta: meta, URI: params.URI,
 				InputResponses: params.InputResponses, RequestState: params.RequestState})
 		})

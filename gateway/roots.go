@@ -65,9 +65,11 @@ const rootsChangedURI = "mcp-warden:roots-changed"
 func (g *Gateway) rootsChanged(ss *mcp.ServerSession) {
 	g.mu.RLock()
 	var told []*upstream
-	for _, u := range g.upstreams {
-		if u.rootsAudience.has(ss) && u.legacy != nil && u.legacy.client != nil {
-			told = append(told, u)
+	for _, primary := range g.upstreams {
+		for _, u := range append([]*upstream{primary}, primary.allInstances()...) {
+			if u.rootsAudience.has(ss) && u.legacy != nil && u.legacy.client != nil {
+				told = append(told, u)
+			}
 		}
 	}
 	g.mu.RUnlock()

@@ -48,6 +48,11 @@ type upstream struct {
 	confinement   policy.Confinement
 	calls         callRegistry
 	rootsAudience rootsAudience // downstream sessions told of root changes (roots.go)
+	// instances are the per-principal instances of a server configured
+	// with instances.per: principal (instances.go); nil otherwise, and
+	// for an instance, which instance is set on.
+	instances *principalInstances
+	instance  bool
 	// ready is set once start-up has assigned the links and listed the
 	// server: list_changed notifications before that are covered by the
 	// start-up listing and must not touch half-built links.
@@ -130,6 +135,9 @@ func startUpstream(ctx context.Context, g *Gateway, sc ServerConfig, env map[str
 	}
 	if err := u.refresh(ctx, true, true, true); err != nil {
 		return nil, fmt.Errorf("server %q: %w", sc.Name, u.legacy.cause(err))
+	}
+	if sc.Instances.perPrincipal() {
+		u.instances = newPrincipalInstances(u)
 	}
 	u.ready.Store(true)
 	if caps := u.capabilities(); caps.Logging != nil {
@@ -219,6 +227,9 @@ func (u *upstream) clientOptions(l *link) *mcp.ClientOptions {
 			u.g.inBackground(func() { u.g.upstreamChanged(u, false, false, true) })
 		},
 		ResourceUpdatedHandler: func(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			if u.instance {
+				return // subscriptions are held by the primary instance, for every subscriber
+			}
 			u.g.resourceUpdated(ctx, req.Params)
 		},
 		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
@@ -408,6 +419,9 @@ func upstreamMeta(m requestMeta, modernLink bool, id string) mcp.Meta {
 func (u *upstream) close() error {
 	u.closeOnce.Do(func() {
 		var errs []error
+		if u.instances != nil {
+			errs = append(errs, u.instances.close())
+		}
 		for _, l := range []*link{u.modern, u.legacy} {
 			if l != nil {
 				errs = append(errs, l.close())

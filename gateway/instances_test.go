@@ -1,0 +1,238 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcp-warden/mcp-warden/policy"
+	"github.com/mcp-warden/mcp-warden/testdata/testenv"
+)
+
+// serverProcesses counts the live processes of g's first configured
+// server (started by startGateway, which marks them) that run command: the
+// base name of their program and their first arguments, as in
+// "mcp-warden demo-server" (not the sandbox's init, which runs it).
+func serverProcesses(g *Gateway, command string) int {
+	n := 0
+	for _, p := range testenv.Processes(testenv.MarkerKey, g.cfg.Servers[0].Env[testenv.MarkerKey]) {
+		if len(p.Argv) == 0 {
+			continue
+		}
+		short := strings.Join(append([]string{filepath.Base(p.Argv[0])}, p.Argv[1:]...), " ")
+		if short == command || strings.HasPrefix(short, command+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPerPrincipalInstancesKeepEachPrincipalsState: the demo server keeps
+// its notes in memory. Shared, one principal's reset_notes deletes every
+// principal's notes; per principal, each principal has an instance of
+// its own (besides the one the gateway lists from), and a reset touches only
+// the resetting principal's notes. Every process ends with the gateway.
+func TestPerPrincipalInstancesKeepEachPrincipalsState(t *testing.T) {
+	alice := policy.Principal{ID: "alice", AuthMethod: AuthAPIKey}
+	bob := policy.Principal{ID: "bob", AuthMethod: AuthAPIKey}
+	read := func(t *testing.T, g *Gateway, p policy.Principal) string {
+		t.Helper()
+		res, err := g.CallTool(context.Background(), p, "demo__read_note", map[string]any{"name": "welcome"})
+		require.NoError(t, err)
+		return text(t, res)
+	}
+	for _, per := range []string{InstancesShared, InstancesPerPrincipal} {
+		t.Run(per, func(t *testing.T) {
+			sc := demoServer(t)
+			sc.Tools = ToolFilter{Allow: []string{"*"}}
+			sc.Instances = InstancesConfig{Per: per}
+			g, _ := startGateway(t, &Config{Servers: []ServerConfig{sc}})
+			require.Contains(t, read(t, g, alice), "Welcome")
+			require.Contains(t, read(t, g, bob), "Welcome")
+			_, err := g.CallTool(context.Background(), alice, "demo__reset_notes", nil)
+			require.NoError(t, err)
+			assert.NotContains(t, read(t, g, alice), "Welcome", "alice reset her notes")
+			if per == InstancesShared {
+				assert.NotContains(t, read(t, g, bob), "Welcome", "one server: alice's reset is bob's too")
+				assert.Equal(t, 2, serverProcesses(g, "mcp-warden demo-server"), "one instance: a process per era")
+				return
+			}
+			assert.Contains(t, read(t, g, bob), "Welcome", "bob's notes are his own")
+			assert.Equal(t, 3*2, serverProcesses(g, "mcp-warden demo-server"),
+				"the listing instance, alice's and bob's; the demo server speaks both eras, a process each")
+			assert.Equal(t, 2, g.upstreams[0].instances.count())
+			// The same principal over another transport is the same principal.
+			viaREST := alice
+			viaREST.Transport = "rest"
+			assert.NotContains(t, read(t, g, viaREST), "Welcome")
+			assert.Equal(t, 3*2, serverProcesses(g, "mcp-warden demo-server"))
+		})
+	}
+}
+
+// TestPerPrincipalInstancesAreBoundedAndStopWhenIdle: with room for one
+// instance, a second principal is refused while the first one's call is in
+// flight, and gets the room (the idle instance is stopped) once it ended;
+// an instance left idle for the idle timeout is stopped, and the next
+// request starts one again.
+func TestPerPrincipalInstancesAreBoundedAndStopWhenIdle(t *testing.T) {
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	g, _ := startGateway(t, &Config{Servers: []ServerConfig{{Name: "asker", Command: asker,
+		Tools:     ToolFilter{Allow: []string{"*"}},
+		Instances: InstancesConfig{Per: InstancesPerPrincipal, Max: 1, IdleTimeout: 500 * time.Millisecond}}}})
+	alice := policy.Principal{ID: "alice", AuthMethod: AuthAPIKey}
+	bob := policy.Principal{ID: "bob", AuthMethod: AuthAPIKey}
+	instances := g.upstreams[0].instances
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	holdCtx, stopHold := context.WithCancel(ctx)
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		_, _ = g.CallTool(holdCtx, alice, "asker__hold", map[string]any{"text": "alice holds"})
+	}()
+	require.Eventually(t, func() bool {
+		for _, u := range instances.all() {
+			if u.calls.inFlight() {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond, "alice's call is in flight on her instance")
+
+	res, err := g.CallTool(ctx, bob, "asker__note", map[string]any{"text": "bob", "together": 1})
+	require.NoError(t, err)
+	require.True(t, res.IsError)
+	assert.Contains(t, text(t, res), "every per-principal instance of the server is busy")
+	assert.Equal(t, 2, serverProcesses(g, "asker"), "no process started for bob")
+
+	stopHold()
+	<-held
+	res, err = g.CallTool(ctx, bob, "asker__note", map[string]any{"text": "bob", "together": 1})
+	require.NoError(t, err)
+	assert.Equal(t, "noted", text(t, res), "alice's idle instance made room for bob's")
+	assert.Equal(t, 1, instances.count())
+	require.Eventually(t, func() bool { return serverProcesses(g, "asker") == 2 }, 10*time.Second, 20*time.Millisecond,
+		"alice's instance stopped")
+
+	require.Eventually(t, func() bool { return instances.count() == 0 && serverProcesses(g, "asker") == 1 },
+		10*time.Second, 20*time.Millisecond, "bob's instance stops once idle")
+	res, err = g.CallTool(ctx, bob, "asker__note", map[string]any{"text": "bob again", "together": 1})
+	require.NoError(t, err)
+	assert.Equal(t, "noted", text(t, res))
+	assert.Equal(t, 1, instances.count())
+}
+
+// TestE2EPerPrincipalInstancesRouteServerRequests: the single-caller rule
+// refuses a stdio or HTTP+SSE server's requests while two clients' calls
+// are in flight on it (TestE2ESingleCallerRuleOnStdioAndSSEServers). With
+// an instance per principal, alice's and bob's calls are on instances of
+// their own: while alice's call waits for her answer to its elicitation,
+// bob's call has its sampling request and its log message reach bob.
+func TestE2EPerPrincipalInstancesRouteServerRequests(t *testing.T) {
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	sse := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-sse", addr) })
+	perPrincipal := InstancesConfig{Per: InstancesPerPrincipal}
+	g, url, _, _ := askerServersGateway(t, InputRequestsConfig{},
+		ServerConfig{Name: "sse", URL: "http://" + sse + "/", Transport: RemoteSSE, AllowPrivateNetwork: true, Instances: perPrincipal},
+		ServerConfig{Name: "stdio", Command: asker, Instances: perPrincipal})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var h hearing
+	asked := make(chan string, 1)
+	release := make(chan struct{})
+	alice := legacyClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "alice"),
+		ElicitationHandler: heldElicitation(ctx, asked, release)})
+	bob := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "bob"),
+		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return &mcp.CreateMessageResult{Model: "bob's", Role: "assistant",
+				Content: &mcp.TextContent{Text: "bob answers " + req.Params.Messages[0].Content.(*mcp.TextContent).Text}}, nil
+		}})
+	for _, cs := range []*mcp.ClientSession{alice, bob} {
+		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
+	}
+
+	for i, server := range []string{"stdio", "sse"} {
+		confirmed := make(chan string, 1)
+		go func() {
+			res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: server + "__confirm", Arguments: map[string]any{"question": "alice on " + server + "?"}})
+			if assert.NoError(t, err) {
+				confirmed <- text(t, res)
+			}
+			close(confirmed)
+		}()
+		assert.Equal(t, "alice on "+server+"?", <-asked)
+
+		// Alice's call is in flight on her instance: bob's reach him.
+		res, err := bob.CallTool(ctx, &mcp.CallToolParams{Name: server + "__sample", Arguments: map[string]any{"prompt": "bob?"}})
+		require.NoError(t, err)
+		assert.Contains(t, text(t, res), "bob answers bob?")
+		atOnce(t, ctx, server+"__note", map[string]*mcp.ClientSession{"bob": bob}, func(string) string { return "bob on " + server }, nil, nil)
+		assert.Equal(t, "bob on "+server, h.await(t, "bob", i+1)[i])
+
+		release <- struct{}{}
+		assert.Equal(t, "accept ok=true", <-confirmed)
+	}
+	assert.Empty(t, h.of("alice"), "bob's log messages reach bob only")
+
+	// A 2026-07-28 client of bob's is bob: its bridged call, which the
+	// server asks for input, runs on bob's instance.
+	modernBob := modernClient(t, ctx, url, bobToken, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+		}})
+	res, err := modernBob.CallTool(ctx, &mcp.CallToolParams{Name: "stdio__confirm", Arguments: map[string]any{"question": "bob?"}})
+	require.NoError(t, err)
+	assert.Equal(t, "accept ok=true", text(t, res))
+	for _, u := range g.upstreams {
+		assert.Equal(t, 2, u.instances.count(), "server %q: alice's and bob's instances", u.cfg.Name)
+	}
+}
+
+// TestInstancesConfig: the instances block as a config file gives it, and
+// the problems a file can have there, each under its key.
+func TestInstancesConfig(t *testing.T) {
+	load := func(t *testing.T, instances string) (*Config, error) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "warden.yaml")
+		require.NoError(t, os.WriteFile(path, []byte("servers:\n  - name: s\n    command: /bin/true\n    "+instances+"\n"), 0o600))
+		return LoadConfig(path)
+	}
+	cfg, err := load(t, "instances: {per: principal, max: 4, idle_timeout: 90s}")
+	require.NoError(t, err)
+	assert.Equal(t, InstancesConfig{Per: InstancesPerPrincipal, Max: 4, IdleTimeout: 90 * time.Second}, cfg.Servers[0].Instances)
+	assert.Equal(t, InstancesConfig{Per: InstancesPerPrincipal, Max: DefaultMaxInstances, IdleTimeout: DefaultInstanceIdleTimeout},
+		InstancesConfig{Per: InstancesPerPrincipal}.withDefaults())
+	assert.False(t, InstancesConfig{}.withDefaults().perPrincipal(), "shared by default")
+
+	for _, tc := range []struct {
+		yaml, key, problem string
+	}{
+		{"instances: {per: session}", "servers[0].instances.per", `"session" is not an instances mode`},
+		{"instances: {per: principal, max: -1}", "servers[0].instances.max", "negative (-1)"},
+		{"instances: {per: principal, idle_timeout: -1s}", "servers[0].instances.idle_timeout", "negative (-1s)"},
+		{"instances: {max: 3}", "servers[0].instances", "sets max or idle_timeout for a shared server"},
+		{"instances: {idle_timeout: 5}", "servers[0].instances.idle_timeout", "not a duration"},
+		{"instances: {pre: principal}", "servers[0].instances.pre", "unknown key"},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			_, err := load(t, tc.yaml)
+			var ce *ConfigError
+			require.True(t, errors.As(err, &ce), "a *ConfigError: %v", err)
+			assert.Equal(t, tc.key, ce.Key)
+			assert.Contains(t, ce.Problem, tc.problem)
+			assert.NotEmpty(t, ce.Fix)
+		})
+	}
+}
