@@ -73,6 +73,7 @@ func TestLoadConfigValidYAML(t *testing.T) {
 			Command:     "./bin/fs-server",
 			Cwd:         filepath.Join(dir, "work"),
 			CallTimeout: DefaultCallTimeout,
+			Instances:   InstancesConfig{Per: InstancesPerPrincipal, Max: 8, IdleTimeout: 5 * time.Minute},
 			Tools:       ToolFilter{Allow: []string{"*"}},
 			Sandbox: sandbox.Profile{
 				Mode:      sandbox.ModeRequire,
