@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +38,14 @@ func serverProcesses(g *Gateway, command string) int {
 	return n
 }
 
+// instancesGauge is mcp_warden_upstream_instances of server as g's
+// metrics handler reports it ("" when absent).
+func instancesGauge(g *Gateway, server string) string {
+	rec := httptest.NewRecorder()
+	g.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return sample(rec.Body.String(), `mcp_warden_upstream_instances{server="`+server+`"}`)
+}
+
 // TestPerPrincipalInstancesKeepEachPrincipalsState: the demo server keeps
 // its notes in memory. Shared, one principal's reset_notes deletes every
 // principal's notes; per principal, each principal has an instance of
@@ -64,12 +74,14 @@ func TestPerPrincipalInstancesKeepEachPrincipalsState(t *testing.T) {
 			if per == InstancesShared {
 				assert.NotContains(t, read(t, g, bob), "Welcome", "one server: alice's reset is bob's too")
 				assert.Equal(t, 2, serverProcesses(g, "mcp-warden demo-server"), "one instance: a process per era")
+				assert.Empty(t, instancesGauge(g, "demo"), "no instances series for a shared server")
 				return
 			}
 			assert.Contains(t, read(t, g, bob), "Welcome", "bob's notes are his own")
 			assert.Equal(t, 3*2, serverProcesses(g, "mcp-warden demo-server"),
 				"the listing instance, alice's and bob's; the demo server speaks both eras, a process each")
 			assert.Equal(t, 2, g.upstreams[0].instances.count())
+			assert.Equal(t, "2", instancesGauge(g, "demo"))
 			// The same principal over another transport is the same principal.
 			viaREST := alice
 			viaREST.Transport = "rest"
@@ -127,6 +139,7 @@ func TestPerPrincipalInstancesAreBoundedAndStopWhenIdle(t *testing.T) {
 
 	require.Eventually(t, func() bool { return instances.count() == 0 && serverProcesses(g, "asker") == 1 },
 		10*time.Second, 20*time.Millisecond, "bob's instance stops once idle")
+	assert.Equal(t, "0", instancesGauge(g, "asker"))
 	res, err = g.CallTool(ctx, bob, "asker__note", map[string]any{"text": "bob again", "together": 1})
 	require.NoError(t, err)
 	assert.Equal(t, "noted", text(t, res))

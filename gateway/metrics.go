@@ -78,6 +78,8 @@ var (
 		"1 while the upstream server is running and connected, 0 when it did not start or has exited.", []string{"server"}, nil)
 	upstreamToolsDesc = prometheus.NewDesc("mcp_warden_upstream_tools",
 		"Tools the upstream server declared at start.", []string{"server"}, nil)
+	upstreamInstancesDesc = prometheus.NewDesc("mcp_warden_upstream_instances",
+		"Per-principal instances of the upstream server running or starting (servers with instances.per: principal only).", []string{"server"}, nil)
 )
 
 // upstreamCollector reports each configured server's health when scraped.
@@ -86,16 +88,28 @@ type upstreamCollector struct{ g *Gateway }
 func (c upstreamCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- upstreamUpDesc
 	ch <- upstreamToolsDesc
+	ch <- upstreamInstancesDesc
 }
 
 func (c upstreamCollector) Collect(ch chan<- prometheus.Metric) {
 	c.g.mu.RLock()
 	running := map[string]bool{}
+	instances := map[string]*principalInstances{}
 	for _, u := range c.g.upstreams {
 		running[u.cfg.Name] = !c.g.closed && u.alive()
+		instances[u.cfg.Name] = u.instances
 	}
 	status := c.g.status
 	c.g.mu.RUnlock()
+	for _, sc := range c.g.cfg.Servers {
+		if sc.Instances.perPrincipal() {
+			n := 0
+			if s := instances[sc.Name]; s != nil {
+				n = s.count()
+			}
+			ch <- prometheus.MustNewConstMetric(upstreamInstancesDesc, prometheus.GaugeValue, float64(n), sc.Name)
+		}
+	}
 	for _, sc := range c.g.cfg.Servers {
 		up := 0.0
 		if running[sc.Name] {
