@@ -147,17 +147,21 @@ func TestPerPrincipalInstancesAreBoundedAndStopWhenIdle(t *testing.T) {
 }
 
 // TestE2EPerPrincipalInstancesRouteServerRequests: the single-caller rule
-// refuses a stdio or HTTP+SSE server's requests while two clients' calls
-// are in flight on it (TestE2ESingleCallerRuleOnStdioAndSSEServers). With
+// refuses a stdio or HTTP+SSE server's requests, and drops log messages of
+// a streamable-HTTP server's standalone GET stream, while two clients'
+// calls are in flight on it (TestE2ESingleCallerRuleOnStdioAndSSEServers,
+// TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall). With
 // an instance per principal, alice's and bob's calls are on instances of
 // their own: while alice's call waits for her answer to its elicitation,
 // bob's call has its sampling request and its log message reach bob.
 func TestE2EPerPrincipalInstancesRouteServerRequests(t *testing.T) {
 	asker := testenv.BuildGo(t, "./testdata/servers/asker")
 	sse := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-sse", addr) })
+	remote := startOnFreePort(t, func(addr string) *exec.Cmd { return exec.Command(asker, "-http", addr) })
 	perPrincipal := InstancesConfig{Per: InstancesPerPrincipal}
 	g, url, _, _ := askerServersGateway(t, InputRequestsConfig{},
 		ServerConfig{Name: "sse", URL: "http://" + sse + "/", Transport: RemoteSSE, AllowPrivateNetwork: true, Instances: perPrincipal},
+		ServerConfig{Name: "http", URL: "http://" + remote + "/mcp", AllowPrivateNetwork: true, Instances: perPrincipal},
 		ServerConfig{Name: "stdio", Command: asker, Instances: perPrincipal})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -176,7 +180,7 @@ func TestE2EPerPrincipalInstancesRouteServerRequests(t *testing.T) {
 		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
 	}
 
-	for i, server := range []string{"stdio", "sse"} {
+	for i, server := range []string{"stdio", "sse", "http"} {
 		confirmed := make(chan string, 1)
 		go func() {
 			res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: server + "__confirm", Arguments: map[string]any{"question": "alice on " + server + "?"}})
@@ -191,7 +195,10 @@ func TestE2EPerPrincipalInstancesRouteServerRequests(t *testing.T) {
 		res, err := bob.CallTool(ctx, &mcp.CallToolParams{Name: server + "__sample", Arguments: map[string]any{"prompt": "bob?"}})
 		require.NoError(t, err)
 		assert.Contains(t, text(t, res), "bob answers bob?")
-		atOnce(t, ctx, server+"__note", map[string]*mcp.ClientSession{"bob": bob}, func(string) string { return "bob on " + server }, nil, nil)
+		// On the streamable-HTTP server, the log message goes on the
+		// session's standalone GET stream, which names no call.
+		atOnce(t, ctx, server+"__note", map[string]*mcp.ClientSession{"bob": bob}, func(string) string { return "bob on " + server },
+			nil, map[string]any{"aside": server == "http"})
 		assert.Equal(t, "bob on "+server, h.await(t, "bob", i+1)[i])
 
 		release <- struct{}{}
