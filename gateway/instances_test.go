@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcp-warden/mcp-warden/policy"
+	"github.com/mcp-warden/mcp-warden/sandbox"
 	"github.com/mcp-warden/mcp-warden/testdata/testenv"
 )
 
@@ -255,4 +256,40 @@ func TestInstancesConfig(t *testing.T) {
 			assert.NotEmpty(t, ce.Fix)
 		})
 	}
+}
+
+// TestE2EPerPrincipalMemoryServers: the npm memory server keeps its graph
+// in a file; per principal, each instance has its own, in its own private
+// /tmp, so what alice stores bob does not read, and the other way round.
+func TestE2EPerPrincipalMemoryServers(t *testing.T) {
+	memCmd, memArgs := testenv.NodeCommand(t, "mcp-server-memory")
+	g, _ := startGateway(t, &Config{Naming: NamingFirst, Servers: []ServerConfig{{
+		Name: "memory", Command: memCmd, Args: memArgs, Tools: ToolFilter{Allow: []string{"*"}},
+		Env:       map[string]string{"MEMORY_FILE_PATH": "/tmp/memory.jsonl"},
+		Sandbox:   sandbox.Profile{Mode: sandbox.ModeRequire},
+		Instances: InstancesConfig{Per: InstancesPerPrincipal},
+	}}})
+	ctx := context.Background()
+	alice := policy.Principal{ID: "alice", AuthMethod: AuthAPIKey}
+	bob := policy.Principal{ID: "bob", AuthMethod: AuthAPIKey}
+	call := func(p policy.Principal, tool string, args map[string]any) string {
+		t.Helper()
+		res, err := g.CallTool(ctx, p, tool, args)
+		require.NoError(t, err)
+		require.False(t, res.IsError, text(t, res))
+		return text(t, res)
+	}
+	store := func(p policy.Principal, observation string) {
+		t.Helper()
+		call(p, "create_entities", map[string]any{"entities": []any{
+			map[string]any{"name": p.ID + "'s", "entityType": "note", "observations": []any{observation}},
+		}})
+	}
+	store(alice, "alice's secret")
+	store(bob, "bob's secret")
+	aliceGraph, bobGraph := call(alice, "read_graph", nil), call(bob, "read_graph", nil)
+	assert.Contains(t, aliceGraph, "alice's secret")
+	assert.NotContains(t, aliceGraph, "bob's secret")
+	assert.Contains(t, bobGraph, "bob's secret")
+	assert.NotContains(t, bobGraph, "alice's secret")
 }
