@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -292,4 +293,74 @@ func TestE2EPerPrincipalMemoryServers(t *testing.T) {
 	assert.NotContains(t, aliceGraph, "bob's secret")
 	assert.Contains(t, bobGraph, "bob's secret")
 	assert.NotContains(t, bobGraph, "alice's secret")
+}
+
+// TestE2EPerPrincipalInstancesEndWithTheirServer: a principal's instance
+// whose process was killed is replaced, whole (both eras' processes), on
+// the principal's next call; when the listing instance exits, the server
+// is restarted and every per-principal instance is stopped with the old
+// one, to start afresh on the next call.
+func TestE2EPerPrincipalInstancesEndWithTheirServer(t *testing.T) {
+	sc := demoServer(t)
+	sc.Instances = InstancesConfig{Per: InstancesPerPrincipal}
+	sc.Restart = RestartConfig{Backoff: 50 * time.Millisecond}
+	cfg := &Config{Servers: []ServerConfig{sc}}
+	g, _ := startGateway(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	alice := policy.Principal{ID: "alice", AuthMethod: AuthAPIKey}
+	echo := func(message string) {
+		t.Helper()
+		res, err := g.CallTool(ctx, alice, "demo__echo", map[string]any{"message": message})
+		require.NoError(t, err)
+		require.False(t, res.IsError, text(t, res))
+		assert.Equal(t, message, text(t, res))
+	}
+	pids := func(u *upstream) []int {
+		var out []int
+		for _, l := range []*link{u.legacy, u.modern} {
+			if l != nil && l.proc != nil {
+				out = append(out, l.proc.Pid())
+			}
+		}
+		return out
+	}
+	current := func() *upstream {
+		g.mu.RLock()
+		defer g.mu.RUnlock()
+		require.Len(t, g.upstreams, 1)
+		return g.upstreams[0]
+	}
+	aliceInstance := func() *upstream {
+		t.Helper()
+		all := current().instances.all()
+		require.Len(t, all, 1)
+		return all[0]
+	}
+
+	echo("first")
+	killed := aliceInstance()
+	first := pids(killed)
+	require.Len(t, first, 2, "the demo server speaks both eras: two processes")
+	require.NoError(t, syscall.Kill(first[0], syscall.SIGKILL))
+	// A call sent before the gateway learns of the exit fails, as one
+	// in flight does.
+	require.Eventually(t, func() bool { return !killed.alive() }, 10*time.Second, 10*time.Millisecond)
+	echo("second")
+	second := pids(aliceInstance())
+	assert.NotContains(t, second, first[0])
+	assert.NotContains(t, second, first[1])
+	testenv.RequireGone(t, first[1]) // the other era's process went with its instance
+
+	primary := current()
+	require.NoError(t, syscall.Kill(pids(primary)[0], syscall.SIGKILL))
+	testenv.RequireGone(t, second...)
+	require.Eventually(t, func() bool {
+		g.mu.RLock()
+		defer g.mu.RUnlock()
+		return len(g.upstreams) == 1 && g.upstreams[0] != primary
+	}, 30*time.Second, 20*time.Millisecond, "the server is restarted")
+	echo("third")
+	assert.Equal(t, 1, current().instances.count())
+	assert.Equal(t, 2*2, serverProcesses(g, "mcp-warden demo-server"), "the listing instance and alice's")
 }

@@ -481,22 +481,24 @@ func (l *link) cause(err error) error {
 	return err
 }
 
-// alive reports whether the server is still there: for a confined process,
-// that it has not exited; a remote server counts as alive while its
-// session is open.
+// alive reports whether the server is still there: for confined
+// processes, that neither link's has exited; a remote server counts as
+// alive while its session is open.
 func (u *upstream) alive() bool {
 	if u.legacy == nil {
 		return false
 	}
-	if u.legacy.proc == nil {
-		return true
+	for _, l := range []*link{u.legacy, u.modern} {
+		if l == nil || l.proc == nil {
+			continue
+		}
+		select {
+		case <-l.proc.Done():
+			return false
+		default:
+		}
 	}
-	select {
-	case <-u.legacy.proc.Done():
-		return false
-	default:
-		return true
-	}
+	return true
 }
 
 func confinementOf(c sandbox.Confinement) policy.Confinement {
