@@ -60,8 +60,8 @@ the configuration are used, and stdio when it names none.`,
 // environment sets one: the MCP SDK allocates tens of KiB per message
 // decoded while the gateway's live heap stays a few MiB, so at the default
 // 100 a collection runs every few calls and costs about as much CPU as
-// everything else the gateway does (see RATIONALE.md, "A larger heap for
-// serve").
+// everything else the gateway does (see RATIONALE.md, "Why serve runs the
+// garbage collector at GOGC=400").
 const serveGCPercent = 400
 
 func runServe(ctx context.Context, f serveFlags) error {
