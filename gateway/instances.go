@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -110,9 +111,11 @@ type principalInstance struct {
 	u     *upstream
 	err   error
 
-	holds    int       // requests holding it (guarded by principalInstances.mu)
+	// Guarded by principalInstances.mu:
+	holds    int       // requests holding it
 	lastUsed time.Time // when the last hold ended
 	idle     *time.Timer
+	gen      uint64 // counts holds taken, so that an idle timer armed before the last one stops nothing
 }
 
 func newPrincipalInstances(primary *upstream) *principalInstances {
@@ -124,6 +127,7 @@ func newPrincipalInstances(primary *upstream) *principalInstances {
 // instanceKey names a principal's instance: its authentication method and
 // id, whatever transport its requests come by.
 func instanceKey(p policy.Principal) string {
+	p = principalDefaults(p) // as policy sees it: an embedder's empty method is "none"
 	return p.AuthMethod + "\x00" + p.ID
 }
 
@@ -138,16 +142,20 @@ func (g *Gateway) instanceFor(ctx context.Context, u *upstream, principal policy
 }
 
 // acquire holds key's instance, starting it when there is none (or it has
-// exited), and returns it with the release of the hold.
+// exited), and returns it with the release of the hold. An instance that
+// is gone as soon as it started is started once more, not again and again.
 func (s *principalInstances) acquire(ctx context.Context, key string) (*upstream, func(), error) {
-	for {
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			return nil, nil, fmt.Errorf("server %q: %w", s.primary.cfg.Name, errServerDown)
 		}
 		inst := s.running[key]
-		if inst != nil && inst.u != nil && !inst.u.alive() {
+		if inst != nil && inst.u != nil && !inst.u.usable() {
 			// Exited: stopped (what is left of it) and replaced.
 			s.removeLocked(inst)
 			inst = nil
@@ -160,6 +168,7 @@ func (s *principalInstances) acquire(ctx context.Context, key string) (*upstream
 			}
 		}
 		inst.holds++
+		inst.gen++
 		if inst.idle != nil {
 			inst.idle.Stop()
 			inst.idle = nil
@@ -172,18 +181,16 @@ func (s *principalInstances) acquire(ctx context.Context, key string) (*upstream
 			s.release(inst)
 			return nil, nil, ctx.Err()
 		}
-		if inst.err != nil {
-			s.mu.Lock()
-			if s.running[key] == inst {
-				delete(s.running, key) // the next request tries again
-			}
-			s.mu.Unlock()
+		switch {
+		case inst.err != nil: // the start forgot it: the next request tries again
 			s.release(inst)
 			return nil, nil, inst.err
-		}
-		if !inst.u.alive() {
+		case !inst.u.usable():
 			s.release(inst)
-			continue // exited since it started: start another
+			if attempt == 1 {
+				continue
+			}
+			return nil, nil, fmt.Errorf("server %q: a per-principal instance exited as soon as it started: %w", s.primary.cfg.Name, errServerDown)
 		}
 		var once sync.Once
 		return inst.u, func() { once.Do(func() { s.release(inst) }) }, nil
@@ -197,7 +204,7 @@ func (s *principalInstances) startLocked(key string) (*principalInstance, error)
 	if len(s.running) >= s.cfg.Max {
 		var oldest *principalInstance
 		for _, inst := range s.running {
-			if !inst.busy() && (oldest == nil || inst.lastUsed.Before(oldest.lastUsed)) {
+			if !inst.busy() && (oldest == nil || inst.lastActive().Before(oldest.lastActive())) {
 				oldest = inst
 			}
 		}
@@ -221,6 +228,13 @@ func (s *principalInstances) startLocked(key string) (*principalInstance, error)
 			u, err = nil, fmt.Errorf("server %q: %w", s.primary.cfg.Name, errServerDown)
 		}
 		inst.u, inst.err = u, err
+		if err != nil && s.running[key] == inst {
+			delete(s.running, key) // the next request tries again
+			if inst.idle != nil {
+				inst.idle.Stop()
+				inst.idle = nil
+			}
+		}
 		s.mu.Unlock()
 		if err != nil {
 			g.logger.Warn("per-principal instance not started", "server", s.primary.cfg.Name, "error", err)
@@ -245,7 +259,13 @@ func (s *principalInstances) release(inst *principalInstance) {
 	if inst.holds > 0 || s.closed || s.running[inst.key] != inst {
 		return
 	}
-	inst.idle = time.AfterFunc(s.cfg.IdleTimeout, func() { s.expire(inst) })
+	s.armLocked(inst, s.cfg.IdleTimeout)
+}
+
+// armLocked has expire look at inst after d, unless a hold is taken first.
+func (s *principalInstances) armLocked(inst *principalInstance, d time.Duration) {
+	gen := inst.gen
+	inst.idle = time.AfterFunc(d, func() { s.expire(inst, gen) })
 }
 
 // busy reports whether inst is starting, held, or serving a call; a
@@ -255,16 +275,32 @@ func (inst *principalInstance) busy() bool {
 	return inst.u == nil || inst.holds > 0 || inst.u.calls.inFlight()
 }
 
-// expire stops inst if it is still idle and still key's instance; one
-// still serving a call is looked at again a timeout later.
-func (s *principalInstances) expire(inst *principalInstance) {
+// lastActive is when inst last ended a hold or a call.
+func (inst *principalInstance) lastActive() time.Time {
+	t := inst.lastUsed
+	if inst.u != nil {
+		if done := inst.u.calls.lastDone(); done.After(t) {
+			t = done
+		}
+	}
+	return t
+}
+
+// expire stops inst if no hold was taken since the timer was armed (gen)
+// and it has been idle for the idle timeout; one still serving a call, or
+// idle for less, is looked at again when the timeout would end.
+func (s *principalInstances) expire(inst *principalInstance, gen uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.running[inst.key] != inst || inst.holds > 0 {
+	if s.closed || s.running[inst.key] != inst || inst.holds > 0 || inst.gen != gen {
 		return
 	}
 	if inst.busy() {
-		inst.idle = time.AfterFunc(s.cfg.IdleTimeout, func() { s.expire(inst) })
+		s.armLocked(inst, s.cfg.IdleTimeout)
+		return
+	}
+	if left := s.cfg.IdleTimeout - time.Since(inst.lastActive()); left > 0 {
+		s.armLocked(inst, left)
 		return
 	}
 	s.primary.g.logger.Info("per-principal instance idle: stopped", "server", s.primary.cfg.Name, "idle", s.cfg.IdleTimeout)
@@ -330,13 +366,18 @@ func (s *principalInstances) close() error {
 	s.running = map[string]*principalInstance{}
 	s.mu.Unlock()
 	s.cancel()
-	var errs []error
-	for _, inst := range stop {
-		<-inst.ready // a start in progress ends at once: its context is done
-		if inst.u != nil {
-			errs = append(errs, inst.u.close())
-		}
+	// In parallel: each stop may take the stop sequence's grace periods.
+	errs := make([]error, len(stop))
+	var wg sync.WaitGroup
+	for i, inst := range stop {
+		wg.Go(func() {
+			<-inst.ready // a start in progress ends at once: its context is done
+			if inst.u != nil {
+				errs[i] = inst.u.close()
+			}
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
@@ -364,6 +405,22 @@ func startInstance(ctx context.Context, primary *upstream) (_ *upstream, err err
 	}
 	if u.legacy.proc != nil {
 		u.confinement = confinementOf(u.legacy.proc.Confinement())
+		if !sameConfinement(u.confinement, primary.confinement) {
+			return nil, fmt.Errorf("server %q: a per-principal instance was confined otherwise than the server policy decides on (level %s, missing %q; the server: level %s, missing %q)",
+				primary.cfg.Name, u.confinement.Level, u.confinement.Missing, primary.confinement.Level, primary.confinement.Missing)
+		}
+	}
+	// A session that ends (a remote server forgetting it, a process gone)
+	// makes the instance unusable, to be replaced on the next request.
+	u.ended = make(chan struct{})
+	var endOnce sync.Once
+	for _, l := range []*link{u.legacy, u.modern} {
+		if l != nil {
+			go func() {
+				_ = l.session.Wait()
+				endOnce.Do(func() { close(u.ended) })
+			}()
+		}
 	}
 	u.caps = u.legacy.session.InitializeResult().Capabilities
 	if u.caps == nil {
@@ -373,4 +430,25 @@ func startInstance(ctx context.Context, primary *upstream) (_ *upstream, err err
 		_ = u.legacy.session.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "debug"})
 	}
 	return u, nil
+}
+
+// sameConfinement reports whether two confinements give the same
+// protections (the reasons of what is missing aside).
+func sameConfinement(a, b policy.Confinement) bool {
+	a.Missing, b.Missing = nil, nil
+	return reflect.DeepEqual(a, b)
+}
+
+// usable reports whether an instance can take a request: its processes
+// are alive and its sessions open.
+func (u *upstream) usable() bool {
+	if !u.alive() {
+		return false
+	}
+	select {
+	case <-u.ended:
+		return false
+	default:
+		return true
+	}
 }

@@ -102,7 +102,7 @@ func TestPerPrincipalInstancesAreBoundedAndStopWhenIdle(t *testing.T) {
 	asker := testenv.BuildGo(t, "./testdata/servers/asker")
 	g, _ := startGateway(t, &Config{Servers: []ServerConfig{{Name: "asker", Command: asker,
 		Tools:     ToolFilter{Allow: []string{"*"}},
-		Instances: InstancesConfig{Per: InstancesPerPrincipal, Max: 1, IdleTimeout: 500 * time.Millisecond}}}})
+		Instances: InstancesConfig{Per: InstancesPerPrincipal, Max: 1, IdleTimeout: time.Second}}}})
 	alice := policy.Principal{ID: "alice", AuthMethod: AuthAPIKey}
 	bob := policy.Principal{ID: "bob", AuthMethod: AuthAPIKey}
 	instances := g.upstreams[0].instances
@@ -363,4 +363,70 @@ func TestE2EPerPrincipalInstancesEndWithTheirServer(t *testing.T) {
 	echo("third")
 	assert.Equal(t, 1, current().instances.count())
 	assert.Equal(t, 2*2, serverProcesses(g, "mcp-warden demo-server"), "the listing instance and alice's")
+}
+
+// TestPerPrincipalInstanceThatFailsToStartIsForgotten: a start that fails
+// after its request gave up waiting holds no room: with room for one
+// instance, another principal's call starts one once it failed, and the
+// principal whose start failed gets a fresh start, not the old error.
+func TestPerPrincipalInstanceThatFailsToStartIsForgotten(t *testing.T) {
+	// The command is a link: to the demo server for the listing instance,
+	// then to a script that fails slowly, as a server that cannot reach
+	// its registry does, then to the demo server again.
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o755))
+	demo := testenv.BuildGo(t, "./cmd/mcp-warden")
+	failing := filepath.Join(dir, "failing")
+	require.NoError(t, os.WriteFile(failing, []byte("#!/bin/sh\nsleep 1\nexit 1\n"), 0o755))
+	link := filepath.Join(dir, "server")
+	relink := func(to string) {
+		t.Helper()
+		require.NoError(t, os.Remove(link))
+		require.NoError(t, os.Symlink(to, link))
+	}
+	require.NoError(t, os.Symlink(demo, link))
+	sc := demoServer(t)
+	sc.Command = link
+	sc.Instances = InstancesConfig{Per: InstancesPerPrincipal, Max: 1}
+	g, _ := startGateway(t, &Config{Servers: []ServerConfig{sc}})
+	instances := g.upstreams[0].instances
+	relink(failing)
+	alice := policy.Principal{ID: "alice", AuthMethod: AuthAPIKey}
+	bob := policy.Principal{ID: "bob", AuthMethod: AuthAPIKey}
+
+	quick, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	res, err := g.CallTool(quick, alice, "demo__echo", map[string]any{"message": "alice"})
+	cancel()
+	require.NoError(t, err)
+	assert.True(t, res.IsError, "alice gave up waiting for her instance")
+	require.Eventually(t, func() bool { return instances.count() == 0 }, 10*time.Second, 20*time.Millisecond,
+		"the failed start is forgotten")
+
+	relink(demo)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, p := range []policy.Principal{bob, alice} {
+		res, err = g.CallTool(ctx, p, "demo__echo", map[string]any{"message": p.ID})
+		require.NoError(t, err)
+		require.False(t, res.IsError, text(t, res))
+		assert.Equal(t, p.ID, text(t, res))
+	}
+}
+
+func TestInstanceKeyIsThePrincipalPolicySees(t *testing.T) {
+	assert.Equal(t, instanceKey(policy.Principal{ID: "anonymous", AuthMethod: AuthNone}), instanceKey(policy.Principal{ID: "anonymous"}),
+		"an embedder's principal without a method is the configured principal")
+	assert.NotEqual(t, instanceKey(policy.Principal{ID: "x", AuthMethod: AuthAPIKey}), instanceKey(policy.Principal{ID: "x", AuthMethod: AuthJWT}))
+	assert.Equal(t, instanceKey(policy.Principal{ID: "x", AuthMethod: AuthJWT, Transport: "rest"}),
+		instanceKey(policy.Principal{ID: "x", AuthMethod: AuthJWT, Transport: "streamable-http"}), "whatever the transport")
+}
+
+func TestSameConfinement(t *testing.T) {
+	strong := policy.Confinement{ProcessGroup: true, PIDNamespace: true, Landlock: 5, Seccomp: true, Level: "strong"}
+	again := strong
+	again.Missing = []string{}
+	assert.True(t, sameConfinement(strong, again))
+	weaker := strong
+	weaker.Landlock, weaker.Level, weaker.Missing = 0, "partial", []string{"landlock: not supported"}
+	assert.False(t, sameConfinement(strong, weaker))
 }

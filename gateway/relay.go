@@ -39,6 +39,7 @@ type callRegistry struct {
 	mu    sync.Mutex
 	next  uint64
 	calls map[string]callInFlight // gateway progress token → downstream request
+	ended time.Time               // when the last call ended
 }
 
 // callInFlight is a downstream request in flight upstream, and the
@@ -72,8 +73,16 @@ func (r *callRegistry) begin(m requestMeta, proc *sandbox.Process) (id string, d
 	return id, func() {
 		r.mu.Lock()
 		delete(r.calls, id)
+		r.ended = time.Now()
 		r.mu.Unlock()
 	}
+}
+
+// lastDone is when the last request in flight ended (zero: none has).
+func (r *callRegistry) lastDone() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ended
 }
 
 // inFlight reports whether any request is in flight.

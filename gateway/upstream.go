@@ -53,6 +53,7 @@ type upstream struct {
 	// for an instance, which instance is set on.
 	instances *principalInstances
 	instance  bool
+	ended     chan struct{} // an instance's: closed when one of its sessions ended
 	// ready is set once start-up has assigned the links and listed the
 	// server: list_changed notifications before that are covered by the
 	// start-up listing and must not touch half-built links.
