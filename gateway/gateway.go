@@ -683,8 +683,8 @@ func stripServerInfo(res mcp.Result) {
 // later list is decided afresh by policy) and tells the downstream clients
 // whose lists changed — by policy, for their principal — that they did.
 func (g *Gateway) upstreamChanged(u *upstream, tools, resources, prompts bool) {
-	if !u.ready.Load() {
-		return
+	if u.instance || !u.ready.Load() {
+		return // the catalog follows the listing instance only
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
