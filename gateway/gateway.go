@@ -248,13 +248,16 @@ func New(cfg *Config, opts ...Option) (*Gateway, error) {
 	default:
 		g.declog = policy.NewDecisionLog(os.Stderr, logOpts)
 	}
-	g.decider = policy.NewDecider(engine, g.declog)
+	// Evaluations run on warm workers (warm.go); a cached decision and the
+	// log write need no grown stack, and stay on the request's goroutine.
+	g.warm = newWarmRunner()
+	g.decider = policy.NewDecider(engine, g.declog, policy.WithEvaluationRunner(g.warm.run))
 	g.metrics = newMetrics(g)
 	if g.auth, err = newAuthenticator(cfg.Auth, cfg.verifiesClientCerts(), o.logger); err != nil {
 		_ = g.declog.Close()
+		g.warm.close()
 		return nil, err
 	}
-	g.warm = newWarmRunner()
 	return g, nil
 }
 
@@ -504,7 +507,7 @@ func (g *Gateway) decide(ctx context.Context, principal policy.Principal, in pol
 	start := time.Now()
 	in.Time = policy.Timestamp(start)
 	var d policy.Decision
-	g.warm.run(func() { d = g.decider.Decide(ctx, in) })
+	d = g.decider.Decide(ctx, in)
 	g.metrics.observe(in.Action, start, d)
 	if !d.Allow {
 		// A retry the policy now denies ends the call held for it.

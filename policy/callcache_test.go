@@ -124,3 +124,26 @@ decision := {"allow": false} if input.arguments.path == "x"
 		}
 	})
 }
+
+// TestEvaluationRunnerRunsEvaluationsOnly: a Decider given an evaluation
+// runner runs each evaluation through it, and nothing else: a decision
+// served from the cache is made and logged on the caller's goroutine.
+func TestEvaluationRunnerRunsEvaluationsOnly(t *testing.T) {
+	for name, newEngine := range defaultEngines {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			var buf bytes.Buffer
+			runs := 0
+			d := policy.NewDecider(newEngine(t), policy.NewDecisionLog(&syncWriter{w: &buf}, policy.DecisionLogOptions{}),
+				policy.WithEvaluationRunner(func(f func()) { runs++; f() }))
+			first := d.Decide(ctx, input(policy.ActionToolsCall, "read_file", nil))
+			assert.True(t, first.Allow)
+			assert.Equal(t, 1, runs, "the evaluation ran through the runner")
+			assert.Equal(t, first, d.Decide(ctx, input(policy.ActionToolsCall, "read_file", nil)))
+			assert.Equal(t, 1, runs, "a cached decision needs no evaluation")
+			assert.False(t, d.Decide(ctx, input(policy.ActionToolsCall, "delete", nil)).Allow)
+			assert.Equal(t, 2, runs)
+			assert.Equal(t, 3, bytes.Count(buf.Bytes(), []byte("\n")), "every decision logged")
+		})
+	}
+}

@@ -34,11 +34,29 @@ type Decider struct {
 	eval func(ctx context.Context, input []byte) (evaluation, error)
 	// concurrency is how many evaluations the engine runs at once.
 	concurrency int
+	// run runs a single decision's evaluation (see WithEvaluationRunner);
+	// nil: on the caller's goroutine.
+	run func(func())
+}
+
+// DeciderOption configures a Decider.
+type DeciderOption func(*Decider)
+
+// WithEvaluationRunner has Decide run each policy evaluation through run,
+// which must call its argument once and return after it has returned: a
+// gateway runs evaluations on goroutines whose stacks have already grown
+// to what the engine needs. A decision served from the cache, and the
+// logging of every decision, stay on the caller's goroutine.
+func WithEvaluationRunner(run func(func())) DeciderOption {
+	return func(d *Decider) { d.run = run }
 }
 
 // NewDecider returns a Decider that evaluates with engine and logs to log.
-func NewDecider(engine Engine, log *DecisionLog) *Decider {
+func NewDecider(engine Engine, log *DecisionLog, opts ...DeciderOption) *Decider {
 	d := &Decider{engine: engine, log: log}
+	for _, o := range opts {
+		o(d)
+	}
 	if e, ok := engine.(cacheableEngine); ok && e.cacheable() {
 		d.cache, d.calls = newListCache(), newCallCache()
 	}
@@ -71,7 +89,7 @@ func (d *Decider) Revision() string { return d.engine.Revision() }
 // other, with metrics.cache_hits 1.
 func (d *Decider) Decide(ctx context.Context, in Input) Decision {
 	start := time.Now()
-	dec, evalErr, hit := d.evaluate(ctx, in, d.calls)
+	dec, evalErr, hit := d.evaluate(ctx, in, d.calls, d.run)
 	decided := time.Now()
 	if err := d.log.logDecision(ctx, &in, dec, evalErr, hit, decided, decided.Sub(start)); err != nil {
 		return denyForError(in.Action, fmt.Errorf("decision log: %w", err))
@@ -164,7 +182,7 @@ func (d *Decider) evaluateMisses(ctx context.Context, inputs []Input, decisions 
 			}
 			for i := start; i < min(start+listChunk, len(inputs)); i++ {
 				if !hit[i] {
-					decisions[i], errs[i], _ = d.evaluate(ctx, inputs[i], nil)
+					decisions[i], errs[i], _ = d.evaluate(ctx, inputs[i], nil, nil)
 					failed = failed || errs[i] != nil
 				}
 			}
@@ -204,7 +222,7 @@ func deniedForLog(inputs []Input, err error) []Decision {
 // decision without an evaluation (hit), and a decision made without error
 // is kept there. The error is returned only for the log; the Decision
 // already reflects it.
-func (d *Decider) evaluate(ctx context.Context, in Input, calls *callCache) (dec Decision, err error, hit bool) {
+func (d *Decider) evaluate(ctx context.Context, in Input, calls *callCache, run func(func())) (dec Decision, err error, hit bool) {
 	b, err := d.fields.encode(&in)
 	if err != nil {
 		err = fmt.Errorf("encode input: %w", err)
@@ -217,7 +235,12 @@ func (d *Decider) evaluate(ctx context.Context, in Input, calls *callCache) (dec
 			return dec, nil, true
 		}
 	}
-	ev, err := d.eval(ctx, b)
+	var ev evaluation
+	if run == nil {
+		ev, err = d.eval(ctx, b)
+	} else {
+		run(func() { ev, err = d.eval(ctx, b) })
+	}
 	dec, err = decisionOf(in.Action, ev, err)
 	if calls != nil && err == nil {
 		calls.store(key, dec)

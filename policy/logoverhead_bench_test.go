@@ -53,7 +53,7 @@ func BenchmarkDecisionLogOverhead(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				t0 := time.Now()
-				if dec, err, _ := d.evaluate(ctx, in, nil); err != nil || !dec.Allow {
+				if dec, err, _ := d.evaluate(ctx, in, nil, nil); err != nil || !dec.Allow {
 					b.Fatal("denied", err)
 				}
 				t1 := time.Now()
