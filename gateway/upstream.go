@@ -49,11 +49,12 @@ type upstream struct {
 	calls         callRegistry
 	rootsAudience rootsAudience // downstream sessions told of root changes (roots.go)
 	// instances are the per-principal instances of a server configured
-	// with instances.per: principal (instances.go); nil otherwise, and
-	// for an instance, which instance is set on.
+	// with instances.per: principal (instances.go), held by its listing
+	// upstream; nil otherwise. instance is set on each such instance, and
+	// ended is closed when one of an instance's sessions ends.
 	instances *principalInstances
 	instance  bool
-	ended     chan struct{} // an instance's: closed when one of its sessions ended
+	ended     chan struct{}
 	// ready is set once start-up has assigned the links and listed the
 	// server: list_changed notifications before that are covered by the
 	// start-up listing and must not touch half-built links.
@@ -229,7 +230,7 @@ func (u *upstream) clientOptions(l *link) *mcp.ClientOptions {
 		},
 		ResourceUpdatedHandler: func(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
 			if u.instance {
-				return // subscriptions are held by the primary instance, for every subscriber
+				return // subscriptions are held by the listing instance, for every subscriber
 			}
 			u.g.resourceUpdated(ctx, req.Params)
 		},
