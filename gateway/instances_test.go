@@ -430,3 +430,41 @@ func TestSameConfinement(t *testing.T) {
 	weaker.Landlock, weaker.Level, weaker.Missing = 0, "partial", []string{"landlock: not supported"}
 	assert.False(t, sameConfinement(strong, weaker))
 }
+
+// TestE2EPerPrincipalInstancesOfADualEraServer: a stdio server that speaks
+// both eras runs as two processes per instance. Two 2026-07-28 clients of
+// two principals have their calls on their own instances' modern
+// processes: while bob's call is held there, alice's log message reaches
+// her (on one shared modern process it would be dropped, see
+// TestE2EEachProcessOfADualEraStdioServerHasItsOwnCallers).
+func TestE2EPerPrincipalInstancesOfADualEraServer(t *testing.T) {
+	asker := testenv.BuildGo(t, "./testdata/servers/asker")
+	g, url, _, _ := askerServersGateway(t, InputRequestsConfig{},
+		ServerConfig{Name: "modern", Command: asker, Args: []string{"-modern"}, Instances: InstancesConfig{Per: InstancesPerPrincipal}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var h hearing
+	alice := modernClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "alice")})
+	bob := modernClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "bob")})
+	info := func(string) mcp.Meta { return mcp.Meta{mcp.MetaKeyLogLevel: "info"} }
+
+	holdCtx, stopHold := context.WithCancel(ctx)
+	held := make(chan error, 1)
+	go func() {
+		_, err := bob.CallTool(holdCtx, &mcp.CallToolParams{Name: "hold", Meta: info("bob"), Arguments: map[string]any{"text": "bob holds"}})
+		held <- err
+	}()
+	assert.Equal(t, []string{"bob holds"}, h.await(t, "bob", 1))
+	atOnce(t, ctx, "note", map[string]*mcp.ClientSession{"alice": alice}, func(string) string { return "alice while bob holds" }, info, nil)
+	assert.Equal(t, []string{"alice while bob holds"}, h.await(t, "alice", 1))
+	stopHold()
+	require.Error(t, <-held)
+
+	instances := g.upstreams[0].instances
+	assert.Equal(t, 2, instances.count())
+	for _, u := range instances.all() {
+		require.NotNil(t, u.modern, "an instance speaks the eras the listing instance found")
+		assert.NotSame(t, u.legacy.proc, u.modern.proc)
+	}
+	assert.Equal(t, []string{"bob holds"}, h.of("bob"))
+}
