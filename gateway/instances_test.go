@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -183,15 +182,7 @@ func TestE2EPerPrincipalInstancesRouteServerRequests(t *testing.T) {
 	}
 
 	for i, server := range []string{"stdio", "sse", "http"} {
-		confirmed := make(chan string, 1)
-		go func() {
-			res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: server + "__confirm", Arguments: map[string]any{"question": "alice on " + server + "?"}})
-			if assert.NoError(t, err) {
-				confirmed <- text(t, res)
-			}
-			close(confirmed)
-		}()
-		assert.Equal(t, "alice on "+server+"?", <-asked)
+		confirmed := confirmHeld(t, ctx, alice, server+"__confirm", "alice on "+server+"?", asked)
 
 		// Alice's call is in flight on her instance: bob's reach him.
 		res, err := bob.CallTool(ctx, &mcp.CallToolParams{Name: server + "__sample", Arguments: map[string]any{"prompt": "bob?"}})
@@ -225,13 +216,7 @@ func TestE2EPerPrincipalInstancesRouteServerRequests(t *testing.T) {
 // TestInstancesConfig: the instances block as a config file gives it, and
 // the problems a file can have there, each under its key.
 func TestInstancesConfig(t *testing.T) {
-	load := func(t *testing.T, instances string) (*Config, error) {
-		t.Helper()
-		path := filepath.Join(t.TempDir(), "warden.yaml")
-		require.NoError(t, os.WriteFile(path, []byte("servers:\n  - name: s\n    command: /bin/true\n    "+instances+"\n"), 0o600))
-		return LoadConfig(path)
-	}
-	cfg, err := load(t, "instances: {per: principal, max: 4, idle_timeout: 90s}")
+	cfg, err := loadOneServer(t, "instances: {per: principal, max: 4, idle_timeout: 90s}")
 	require.NoError(t, err)
 	assert.Equal(t, InstancesConfig{Per: InstancesPerPrincipal, Max: 4, IdleTimeout: 90 * time.Second}, cfg.Servers[0].Instances)
 	assert.Equal(t, InstancesConfig{Per: InstancesPerPrincipal, Max: DefaultMaxInstances, IdleTimeout: DefaultInstanceIdleTimeout},
@@ -249,12 +234,8 @@ func TestInstancesConfig(t *testing.T) {
 		{"instances: {pre: principal}", "servers[0].instances.pre", "unknown key"},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
-			_, err := load(t, tc.yaml)
-			var ce *ConfigError
-			require.True(t, errors.As(err, &ce), "a *ConfigError: %v", err)
-			assert.Equal(t, tc.key, ce.Key)
-			assert.Contains(t, ce.Problem, tc.problem)
-			assert.NotEmpty(t, ce.Fix)
+			_, err := loadOneServer(t, tc.yaml)
+			requireConfigError(t, err, tc.key, tc.problem)
 		})
 	}
 }

@@ -408,15 +408,7 @@ func TestE2ESingleCallerRuleOnStdioAndSSEServers(t *testing.T) {
 		atOnce(t, ctx, server+"__note", map[string]*mcp.ClientSession{"alice": alice}, func(string) string { return "alone on " + server }, nil, nil)
 		heard++
 		assert.Equal(t, "alone on "+server, h.await(t, "alice", heard)[heard-1])
-		confirmed := make(chan string, 1)
-		go func() {
-			res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: server + "__confirm", Arguments: map[string]any{"question": "alice on " + server + "?"}})
-			if assert.NoError(t, err) {
-				confirmed <- text(t, res)
-			}
-			close(confirmed)
-		}()
-		assert.Equal(t, "alice on "+server+"?", <-asked)
+		confirmed := confirmHeld(t, ctx, alice, server+"__confirm", "alice on "+server+"?", asked)
 
 		// Alice's call is in flight (waiting for her answer): bob's call
 		// has its sampling request refused.
@@ -469,21 +461,7 @@ func TestE2EEachProcessOfADualEraStdioServerHasItsOwnCallers(t *testing.T) {
 	// until release is sent, then answers on the channel returned.
 	confirm := func(question string) <-chan string {
 		t.Helper()
-		confirmed := make(chan string, 1)
-		go func() {
-			defer close(confirmed)
-			res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "confirm", Arguments: map[string]any{"question": question}})
-			if assert.NoError(t, err) {
-				confirmed <- text(t, res)
-			}
-		}()
-		select {
-		case got := <-asked:
-			require.Equal(t, question, got)
-		case <-ctx.Done():
-			require.FailNow(t, "alice is not asked "+question)
-		}
-		return confirmed
+		return confirmHeld(t, ctx, alice, "confirm", question, asked)
 	}
 
 	// Alice's call is in flight on the legacy process; bob's, on the
@@ -536,6 +514,29 @@ func TestE2EEachProcessOfADualEraStdioServerHasItsOwnCallers(t *testing.T) {
 	assert.Equal(t, []string{"dave alone"}, h.await(t, "dave", 1))
 	assert.Equal(t, []string{"alice while bob holds"}, h.of("alice"))
 	assert.Equal(t, []string{"bob while alice waits"}, h.of("bob"))
+}
+
+// confirmHeld calls tool (the asker's confirm) as cs with question on a
+// goroutine of its own, and returns once the server's elicitation reached
+// the client, whose handler sends its message on asked (heldElicitation);
+// the call's answer comes on the channel returned once the client answers.
+func confirmHeld(t *testing.T, ctx context.Context, cs *mcp.ClientSession, tool, question string, asked <-chan string) <-chan string {
+	t.Helper()
+	confirmed := make(chan string, 1)
+	go func() {
+		defer close(confirmed)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"question": question}})
+		if assert.NoError(t, err) {
+			confirmed <- text(t, res)
+		}
+	}()
+	select {
+	case got := <-asked:
+		require.Equal(t, question, got)
+	case <-ctx.Done():
+		require.FailNow(t, "the client is not asked "+question)
+	}
+	return confirmed
 }
 
 // heldElicitation answers an elicitation by sending its message on asked

@@ -167,6 +167,26 @@ func TestRestartBackoffDoublesToItsCap(t *testing.T) {
 	assert.Equal(t, DefaultRestartAttempts, rc.MaxAttempts)
 }
 
+// loadOneServer loads a config file of one stdio server with the YAML
+// line entry (a key of the server entry, in flow style) added.
+func loadOneServer(t *testing.T, entry string) (*Config, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "warden.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("servers:\n  - name: s\n    command: /bin/true\n    "+entry+"\n"), 0o600))
+	return LoadConfig(path)
+}
+
+// requireConfigError requires err to be a *ConfigError at key whose
+// problem contains problem, and which says how to fix it.
+func requireConfigError(t *testing.T, err error, key, problem string) {
+	t.Helper()
+	var ce *ConfigError
+	require.True(t, errors.As(err, &ce), "a *ConfigError: %v", err)
+	assert.Equal(t, key, ce.Key)
+	assert.Contains(t, ce.Problem, problem)
+	assert.NotEmpty(t, ce.Fix)
+}
+
 func TestRestartConfigProblems(t *testing.T) {
 	for _, tc := range []struct {
 		yaml, key, problem string
@@ -178,13 +198,8 @@ func TestRestartConfigProblems(t *testing.T) {
 		{"restart: {tries: 3}", "servers[0].restart.tries", ""},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "warden.yaml")
-			require.NoError(t, os.WriteFile(path, []byte("servers:\n  - name: s\n    command: /bin/true\n    "+tc.yaml+"\n"), 0o600))
-			_, err := LoadConfig(path)
-			var ce *ConfigError
-			require.True(t, errors.As(err, &ce), "a *ConfigError: %v", err)
-			assert.Equal(t, tc.key, ce.Key)
-			assert.Contains(t, ce.Problem, tc.problem)
+			_, err := loadOneServer(t, tc.yaml)
+			requireConfigError(t, err, tc.key, tc.problem)
 		})
 	}
 	remote := &Config{Servers: []ServerConfig{{Name: "r", URL: "https://example.com/mcp", Restart: RestartConfig{Policy: RestartNever}}}}
