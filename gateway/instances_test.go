@@ -170,16 +170,12 @@ func TestE2EPerPrincipalInstancesRouteServerRequests(t *testing.T) {
 	var h hearing
 	asked := make(chan string, 1)
 	release := make(chan struct{})
-	alice := legacyClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "alice"),
-		ElicitationHandler: heldElicitation(ctx, asked, release)})
-	bob := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "bob"),
+	alice := h.listener(t, ctx, url, aliceToken, "alice", &mcp.ClientOptions{ElicitationHandler: heldElicitation(ctx, asked, release)})
+	bob := h.listener(t, ctx, url, bobToken, "bob", &mcp.ClientOptions{
 		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 			return &mcp.CreateMessageResult{Model: "bob's", Role: "assistant",
 				Content: &mcp.TextContent{Text: "bob answers " + req.Params.Messages[0].Content.(*mcp.TextContent).Text}}, nil
 		}})
-	for _, cs := range []*mcp.ClientSession{alice, bob} {
-		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
-	}
 
 	for i, server := range []string{"stdio", "sse", "http"} {
 		confirmed := confirmHeld(t, ctx, alice, server+"__confirm", "alice on "+server+"?", asked)

@@ -244,6 +244,19 @@ func (h *hearing) await(t *testing.T, who string, n int) []string {
 	return h.of(who)
 }
 
+// listener connects a 2025-11-25 client as token (with opts, which may be
+// nil) at log level info, whose log messages h records under who.
+func (h *hearing) listener(t *testing.T, ctx context.Context, url, token, who string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	if opts == nil {
+		opts = &mcp.ClientOptions{}
+	}
+	opts.LoggingMessageHandler = h.handler(t, who)
+	cs := legacyClient(t, ctx, url, token, opts)
+	require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
+	return cs
+}
+
 // atOnce calls tool as each of callers at once, with data(who) as its text,
 // and requires every call to answer "noted" (the asker's note tool: the
 // server sends each call's log message while all of them are in flight).
@@ -284,13 +297,8 @@ func TestE2ELogMessagesOfAnHTTPServerReachTheirOwnCall(t *testing.T) {
 	defer cancel()
 
 	var h hearing
-	connect := func(token, who string) *mcp.ClientSession {
-		t.Helper()
-		cs := legacyClient(t, ctx, url, token, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, who)})
-		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
-		return cs
-	}
-	both := map[string]*mcp.ClientSession{"alice": connect(aliceToken, "alice"), "bob": connect(bobToken, "bob")}
+	both := map[string]*mcp.ClientSession{"alice": h.listener(t, ctx, url, aliceToken, "alice", nil),
+		"bob": h.listener(t, ctx, url, bobToken, "bob", nil)}
 	// together calls tool as alice and bob at once; the server sends each
 	// call's log message while both are in flight.
 	together := func(tool, round string) {
@@ -343,8 +351,7 @@ func TestE2ELogMessagesOfAModernHTTPServerReachTheirOwnCall(t *testing.T) {
 		return modernClient(t, ctx, url, token, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, who)})
 	}
 	alice, bob := modern(aliceToken, "alice"), modern(bobToken, "bob")
-	carol := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "carol")})
-	require.NoError(t, carol.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
+	carol := h.listener(t, ctx, url, bobToken, "carol", nil)
 	levels := map[string]mcp.LoggingLevel{"alice": "info", "bob": "info"}
 	level := func(who string) mcp.Meta {
 		if levels[who] == "" {
@@ -393,13 +400,9 @@ func TestE2ESingleCallerRuleOnStdioAndSSEServers(t *testing.T) {
 	var h hearing
 	asked := make(chan string, 1)
 	release := make(chan struct{})
-	alice := legacyClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "alice"),
-		ElicitationHandler: heldElicitation(ctx, asked, release)})
-	bob := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "bob"),
+	alice := h.listener(t, ctx, url, aliceToken, "alice", &mcp.ClientOptions{ElicitationHandler: heldElicitation(ctx, asked, release)})
+	bob := h.listener(t, ctx, url, bobToken, "bob", &mcp.ClientOptions{
 		CreateMessageHandler: unexpectedSampling(t, "bob is asked to sample while alice's call is in flight on the same server")})
-	for _, cs := range []*mcp.ClientSession{alice, bob} {
-		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
-	}
 	both := map[string]*mcp.ClientSession{"alice": alice, "bob": bob}
 
 	heard := 0
@@ -446,13 +449,9 @@ func TestE2EEachProcessOfADualEraStdioServerHasItsOwnCallers(t *testing.T) {
 	var h hearing
 	asked := make(chan string, 1)
 	release := make(chan struct{})
-	alice := legacyClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "alice"),
-		ElicitationHandler: heldElicitation(ctx, asked, release)})
-	carol := legacyClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "carol"),
+	alice := h.listener(t, ctx, url, aliceToken, "alice", &mcp.ClientOptions{ElicitationHandler: heldElicitation(ctx, asked, release)})
+	carol := h.listener(t, ctx, url, bobToken, "carol", &mcp.ClientOptions{
 		CreateMessageHandler: unexpectedSampling(t, "carol is asked to sample while alice's call is in flight on the same process")})
-	for _, cs := range []*mcp.ClientSession{alice, carol} {
-		require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}))
-	}
 	bob := modernClient(t, ctx, url, bobToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "bob")})
 	dave := modernClient(t, ctx, url, aliceToken, &mcp.ClientOptions{LoggingMessageHandler: h.handler(t, "dave")})
 	info := func(string) mcp.Meta { return mcp.Meta{mcp.MetaKeyLogLevel: "info"} }
